@@ -1,0 +1,60 @@
+# Strata: every entry point. `make help` lists them.
+SHELL := /bin/bash
+PYTHON_BOOT ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+SERVICES_CLI := $(VENV)/bin/strata-services
+ONLY ?=
+
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+export TESTCONTAINERS_RYUK_DISABLED := true
+
+.DEFAULT_GOAL := help
+.PHONY: help venv demo test test-fast test-integration bench lint format services-up services-down services-check clean
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): engine/pyproject.toml platform/pyproject.toml
+	$(PYTHON_BOOT) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e 'engine[all,dev]' -e platform
+	touch $@
+
+venv: $(STAMP) ## Create the virtualenv and install Strata with every extra
+
+demo: $(STAMP) ## Run the main job on embedded defaults (local warehouse)
+	$(PY) -m strata_platform.demo
+
+test: $(STAMP) lint ## Everything: lint, unit tests, then integration tests against real services
+	$(PY) -m pytest engine/tests integration_tests -p no:cacheprovider
+
+test-fast: $(STAMP) ## Unit tests only (no services)
+	$(PY) -m pytest engine/tests -p no:cacheprovider
+
+test-integration: $(STAMP) ## Integration tests only (provisions the services they need)
+	$(PY) -m pytest integration_tests -p no:cacheprovider
+
+bench: $(STAMP) ## Benchmarks vs raw pyarrow; writes build/bench.json (ONLY=W1,W3 for a subset)
+	$(PY) -m strata.bench --out build/bench.json $(if $(ONLY),--only $(ONLY),)
+
+lint: $(STAMP) ## ruff and mypy
+	$(VENV)/bin/ruff check engine platform integration_tests
+	$(VENV)/bin/mypy
+
+format: $(STAMP) ## Apply ruff's fixes and formatting
+	$(VENV)/bin/ruff check --fix engine platform integration_tests
+
+services-up: $(STAMP) ## Start every local service (127.0.0.1, non-default ports)
+	$(SERVICES_CLI) up
+
+services-down: $(STAMP) ## Stop every local service this project started
+	$(SERVICES_CLI) down
+
+services-check: $(STAMP) ## Bring each service up, prove it with a real operation, bring it down
+	$(SERVICES_CLI) check
+
+clean: ## Remove build outputs (keeps the download cache)
+	rm -rf build

@@ -1,0 +1,41 @@
+"""pypaimon (Apache Paimon's Python implementation) as an independent oracle, in its own venv.
+
+pypaimon pins an older pyarrow than Strata, so it lives in ``build/pypaimon-venv`` and is driven
+through a subprocess: the caller passes a Python script, which runs with pypaimon importable and
+prints its answer (JSON by convention) to stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+PYPAIMON_VERSION = "2.1.0"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VENV = Path(os.environ.get("STRATA_PYPAIMON_VENV", REPO_ROOT / "build" / "pypaimon-venv"))
+PYTHON = VENV / "bin" / "python"
+STAMP = VENV / f".pypaimon-{PYPAIMON_VERSION}"
+
+
+def ensure_venv() -> Path:
+    """Create the pypaimon venv once (pip's own cache makes a re-creation fast)."""
+    if STAMP.exists():
+        return PYTHON
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+    subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", f"pypaimon=={PYPAIMON_VERSION}"],
+                   check=True)
+    STAMP.touch()
+    return PYTHON
+
+
+def run_pypaimon(script: str, *args: str, timeout: float = 300) -> str:
+    """Run `script` under pypaimon's interpreter; return its stdout, raise with stderr on failure."""
+    python = ensure_venv()
+    proc = subprocess.run([str(python), "-c", textwrap.dedent(script), *args],
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"pypaimon script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.stdout

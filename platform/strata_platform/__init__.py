@@ -1,0 +1,1 @@
+"""Strata's platform: deployable jobs and services, and local provisioning of real components."""
