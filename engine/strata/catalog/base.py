@@ -1,0 +1,67 @@
+"""The Catalog interface shared by every catalog implementation."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from strata.schema.table_schema import TableSchema
+    from strata.table.table import Table
+
+
+@dataclass(frozen=True)
+class Identifier:
+    database: str
+    table: str
+
+    @staticmethod
+    def parse(name: str | Identifier) -> Identifier:
+        if isinstance(name, Identifier):
+            return name
+        parts = name.split(".")
+        if len(parts) != 2 or not all(parts):
+            raise ValueError(f"table name must be 'database.table', got {name!r}")
+        return Identifier(parts[0], parts[1])
+
+    def __str__(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
+class Catalog(ABC):
+    @abstractmethod
+    def create_database(self, name: str, ignore_if_exists: bool = False) -> None: ...
+
+    @abstractmethod
+    def drop_database(self, name: str, ignore_if_not_exists: bool = False, cascade: bool = False) -> None: ...
+
+    @abstractmethod
+    def list_databases(self) -> list[str]: ...
+
+    @abstractmethod
+    def list_tables(self, database: str) -> list[str]: ...
+
+    @abstractmethod
+    def create_table(self, name: str | Identifier, schema: pa.Schema | TableSchema,
+                     partition_keys: list[str] | None = None, primary_keys: list[str] | None = None,
+                     options: Mapping[str, str] | None = None, comment: str | None = None,
+                     ignore_if_exists: bool = False) -> Table: ...
+
+    @abstractmethod
+    def get_table(self, name: str | Identifier) -> Table: ...
+
+    @abstractmethod
+    def drop_table(self, name: str | Identifier, ignore_if_not_exists: bool = False) -> None: ...
+
+    def table_exists(self, name: str | Identifier) -> bool:
+        from strata.errors import TableNotFoundError
+
+        try:
+            self.get_table(name)
+            return True
+        except TableNotFoundError:
+            return False

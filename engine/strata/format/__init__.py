@@ -1,0 +1,1 @@
+"""Paimon binary formats: BinaryRow encoding and fixed-bucket hashing."""

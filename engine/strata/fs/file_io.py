@@ -1,0 +1,158 @@
+"""The storage abstraction every part of the engine goes through.
+
+Paths are strings: plain local paths, ``file://`` URIs, or ``s3://bucket/key`` URIs. The one
+operation with a strong contract is ``write_new``: publish a complete file at a path only if
+nothing is there, atomically, never overwriting. Snapshot commits rely on it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    path: str
+    size: int
+    mtime_millis: int
+    is_dir: bool = False
+
+
+class FileIO(ABC):
+    """Byte-level storage operations used by catalogs, commits, readers and writers."""
+
+    @abstractmethod
+    def read_bytes(self, path: str) -> bytes: ...
+
+    @abstractmethod
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write (or replace) a whole file; readers never see a partial file."""
+
+    @abstractmethod
+    def write_new(self, path: str, data: bytes) -> bool:
+        """Atomically create `path` with `data` if absent. False if it already exists."""
+
+    @abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abstractmethod
+    def delete(self, path: str) -> None:
+        """Delete a file; deleting a missing file is not an error."""
+
+    @abstractmethod
+    def delete_dir(self, path: str) -> None: ...
+
+    @abstractmethod
+    def list_status(self, path: str) -> list[FileStatus]:
+        """Direct children of a directory; an empty list if it does not exist."""
+
+    @abstractmethod
+    def mkdirs(self, path: str) -> None: ...
+
+    @abstractmethod
+    def arrow_fs(self) -> tuple[pafs.FileSystem, str]:
+        """A pyarrow filesystem and the prefix to strip from our paths, for Parquet I/O."""
+
+    def arrow_path(self, path: str) -> str:
+        return strip_scheme(path)
+
+    @property
+    def is_object_store(self) -> bool:
+        return False
+
+    def file_size(self, path: str) -> int:
+        info = self.arrow_fs()[0].get_file_info(self.arrow_path(path))
+        if info.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(path)
+        return int(info.size or 0)
+
+
+def strip_scheme(path: str) -> str:
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    if "://" in path:
+        return path.split("://", 1)[1]
+    return path
+
+
+class LocalFileIO(FileIO):
+    """Local filesystem; atomic publish uses link(2), which fails if the target exists."""
+
+    def __init__(self) -> None:
+        self._fs = pafs.LocalFileSystem()
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(strip_scheme(path), "rb") as f:
+            return f.read()
+
+    def _write_temp(self, target: str, data: bytes) -> str:
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        target = strip_scheme(path)
+        tmp = self._write_temp(target, data)
+        os.replace(tmp, target)
+
+    def write_new(self, path: str, data: bytes) -> bool:
+        target = strip_scheme(path)
+        tmp = self._write_temp(target, data)
+        try:
+            os.link(tmp, target)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(strip_scheme(path))
+
+    def delete(self, path: str) -> None:
+        try:
+            os.unlink(strip_scheme(path))
+        except FileNotFoundError:
+            pass
+
+    def delete_dir(self, path: str) -> None:
+        import shutil
+
+        shutil.rmtree(strip_scheme(path), ignore_errors=True)
+
+    def list_status(self, path: str) -> list[FileStatus]:
+        local = strip_scheme(path)
+        try:
+            entries = list(os.scandir(local))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        out = []
+        for e in entries:
+            st = e.stat()
+            out.append(FileStatus(os.path.join(path, e.name), st.st_size, int(st.st_mtime * 1000), e.is_dir()))
+        return out
+
+    def mkdirs(self, path: str) -> None:
+        os.makedirs(strip_scheme(path), exist_ok=True)
+
+    def arrow_fs(self) -> tuple[pafs.FileSystem, str]:
+        return self._fs, ""
+
+
+def file_io_for(warehouse: str, options: Mapping[str, str] | None = None) -> FileIO:
+    """The FileIO for a warehouse URI: local paths and file:// now; s3:// via strata.fs.s3."""
+    if warehouse.startswith(("s3://", "s3a://")):
+        from strata.fs.s3 import S3FileIO  # optional extra
+
+        return S3FileIO(dict(options or {}))
+    return LocalFileIO()

@@ -1,0 +1,1 @@
+"""Data files: writing sorted runs and append files to Parquet with Paimon's stats, and reading them."""

@@ -1,0 +1,99 @@
+"""Reading data files: column mapping across schema versions (by field id), row-group pruning."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from strata.fs import FileIO
+from strata.scan.predicate import ColumnStats, Predicate
+from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
+
+BATCH_ROWS = 256 * 1024
+SYSTEM_COLUMNS = (SEQUENCE_NUMBER, VALUE_KIND)
+
+
+class ColumnMapping:
+    """How the columns a reader wants are found in a file written under another schema."""
+
+    def __init__(self, reader: TableSchema, writer: TableSchema, wanted: Sequence[str]):
+        by_id = {f.id: f for f in writer.fields}
+        self.wanted = list(wanted)
+        self.source: dict[str, str | None] = {}
+        self.types: dict[str, pa.DataType] = {}
+        for name in wanted:
+            if name in SYSTEM_COLUMNS:
+                self.source[name] = name
+                self.types[name] = pa.int64() if name == SEQUENCE_NUMBER else pa.int8()
+                continue
+            is_key = name.startswith(KEY_PREFIX) and name[len(KEY_PREFIX):] in reader.field_names \
+                and name not in reader.field_names
+            field = reader.field(name[len(KEY_PREFIX):] if is_key else name)
+            old = by_id.get(field.id)
+            self.source[name] = None if old is None else (KEY_PREFIX + old.name if is_key else old.name)
+            self.types[name] = field.type.to_arrow()
+
+    def file_columns(self, available: set[str]) -> list[str]:
+        cols = []
+        for name in self.wanted:
+            src = self.source[name]
+            if src is not None and src not in available and src.startswith(KEY_PREFIX):
+                src = src[len(KEY_PREFIX):]  # thin-mode files keep the key only as a value column
+                self.source[name] = src
+            if src is not None and src in available and src not in cols:
+                cols.append(src)
+        return cols
+
+    def apply(self, batch: pa.Table) -> pa.Table:
+        arrays = []
+        for name in self.wanted:
+            src = self.source[name]
+            target = self.types[name]
+            if src is None or src not in batch.column_names:
+                arrays.append(pa.nulls(batch.num_rows, target))
+                continue
+            column = batch.column(src)
+            arrays.append(column if column.type == target else column.cast(target))
+        return pa.Table.from_arrays(arrays, names=self.wanted)
+
+
+def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None = None,
+              stat_names: dict[str, str] | None = None, batch_rows: int = BATCH_ROWS) -> Iterator[pa.Table]:
+    """Yield the file's rows in order, in batches, skipping row groups `prune` rules out.
+
+    `stat_names` maps predicate field names to file column names for row-group statistics."""
+    fs, _ = file_io.arrow_fs()
+    with fs.open_input_file(file_io.arrow_path(path)) as source:
+        parquet = pq.ParquetFile(source)
+        available = set(parquet.schema_arrow.names)
+        columns = mapping.file_columns(available)
+        groups = _row_groups(parquet, prune, stat_names or {})
+        if groups is not None and not groups:
+            return
+        for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=groups, columns=columns):
+            yield mapping.apply(pa.Table.from_batches([batch]))
+
+
+def _row_groups(parquet: pq.ParquetFile, prune: Predicate | None, names: dict[str, str]) -> list[int] | None:
+    if prune is None:
+        return None
+    meta = parquet.metadata
+    index = {parquet.schema_arrow.names[i]: i for i in range(len(parquet.schema_arrow.names))}
+    keep = []
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+
+        def lookup(field: str, group: pq.RowGroupMetaData = group) -> ColumnStats | None:
+            col_index = index.get(names.get(field, field))
+            if col_index is None:
+                return None
+            stats = group.column(col_index).statistics
+            if stats is None or not stats.has_min_max:
+                return None
+            return ColumnStats(stats.min, stats.max, stats.null_count, group.num_rows)
+
+        if prune.may_match(lookup):
+            keep.append(g)
+    return keep

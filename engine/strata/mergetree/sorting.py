@@ -1,0 +1,66 @@
+"""Vectorized sorting and grouping of key-value tables (sorted by key, then sequence number)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def _numeric(column: pa.ChunkedArray | pa.Array) -> bool:
+    t = column.type
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_date(t)
+            or pa.types.is_timestamp(t)) and column.null_count == 0
+
+
+def _as_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_date(column.type) or pa.types.is_timestamp(column.type):
+        column = column.view(pa.int32() if pa.types.is_date32(column.type) else pa.int64())
+    return column.to_numpy(zero_copy_only=False)
+
+
+def sort_by_key(table: pa.Table, key_names: Sequence[str], seq_name: str | None) -> np.ndarray:
+    """Indices sorting `table` by key columns then sequence number (both ascending)."""
+    keys = [table.column(k) for k in key_names]
+    if all(_numeric(k) for k in keys):
+        columns = [_as_numpy(k) for k in reversed(keys)]
+        if seq_name is not None:
+            columns.insert(0, _as_numpy(table.column(seq_name)))
+        if len(columns) == 1:
+            return np.argsort(columns[0], kind="stable")
+        return np.lexsort(columns)
+    sort_keys = [(k, "ascending") for k in key_names]
+    if seq_name is not None:
+        sort_keys.append((seq_name, "ascending"))
+    return pc.sort_indices(table, sort_keys=sort_keys).to_numpy()
+
+
+def group_ends(table: pa.Table, key_names: Sequence[str]) -> np.ndarray:
+    """Boolean mask: True where a row is the last of its key group (table sorted by key)."""
+    n = table.num_rows
+    mask = np.ones(n, dtype=bool)
+    if n < 2:
+        return mask
+    differs = np.zeros(n - 1, dtype=bool)
+    for name in key_names:
+        column = table.column(name)
+        if _numeric(column):
+            values = _as_numpy(column)
+            differs |= values[:-1] != values[1:]
+        else:
+            column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+            neq = pc.not_equal(column.slice(0, n - 1), column.slice(1))
+            differs |= neq.to_numpy(zero_copy_only=False)
+    mask[:-1] = differs
+    return mask
+
+
+def group_starts(ends: np.ndarray) -> np.ndarray:
+    """From a group-end mask, the mask of group starts."""
+    starts = np.ones_like(ends)
+    starts[1:] = ends[:-1]
+    return starts

@@ -1,0 +1,1 @@
+"""File-store operations: manifests, the commit protocol, conflict detection, expiry."""

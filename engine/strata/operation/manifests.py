@@ -1,0 +1,141 @@
+"""Reading and writing manifest files and manifest lists of one table, with merging."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+import pyarrow as pa
+
+from strata.errors import CorruptMetadataError
+from strata.format import binary_row
+from strata.fs import FileIO
+from strata.manifest import codec
+from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
+from strata.manifest.manifest_file_meta import ManifestFileMeta
+from strata.manifest.simple_stats import SimpleStats
+from strata.schema.table_schema import TableSchema
+from strata.table.paths import PathFactory
+
+_CACHE_ENTRIES = 256
+
+
+class ManifestStore:
+    """The manifest/ directory of a table. Manifest files are immutable, so reads are cached."""
+
+    def __init__(self, file_io: FileIO, table_path: str, schema: TableSchema,
+                 target_file_size: int = 8 << 20, merge_min_count: int = 30,
+                 compression: str = "zstandard"):
+        self.file_io = file_io
+        self.dir = f"{table_path.rstrip('/')}/manifest"
+        self.schema = schema
+        self.partition_types = [f.type.to_arrow() for f in schema.partition_fields()]
+        self.target_file_size = target_file_size
+        self.merge_min_count = merge_min_count
+        self.compression = compression
+        self._cache: OrderedDict[str, list[ManifestEntry]] = OrderedDict()
+
+    def path(self, name: str) -> str:
+        return f"{self.dir}/{name}"
+
+    # -- manifest files ---------------------------------------------------------------------
+    def read_manifest(self, name: str) -> list[ManifestEntry]:
+        cached = self._cache.get(name)
+        if cached is not None:
+            self._cache.move_to_end(name)
+            return cached
+        path = self.path(name)
+        try:
+            data = self.file_io.read_bytes(path)
+        except FileNotFoundError:
+            raise CorruptMetadataError(f"manifest file {path} is missing") from None
+        try:
+            entries = codec.decode_manifest(data)
+        except Exception as exc:
+            raise CorruptMetadataError(f"manifest file {path} is corrupt: {exc}") from None
+        self._cache[name] = entries
+        if len(self._cache) > _CACHE_ENTRIES:
+            self._cache.popitem(last=False)
+        return entries
+
+    def write_manifests(self, entries: Sequence[ManifestEntry], paths: PathFactory) -> list[ManifestFileMeta]:
+        """Write entries into one or more manifest files of about the target size."""
+        if not entries:
+            return []
+        metas = []
+        # a rough 400 bytes an entry keeps files near the target without re-encoding
+        per_file = max(1000, self.target_file_size // 400)
+        for start in range(0, len(entries), per_file):
+            metas.append(self._write_one(list(entries[start:start + per_file]), paths))
+        return metas
+
+    def _write_one(self, entries: list[ManifestEntry], paths: PathFactory) -> ManifestFileMeta:
+        name = paths.new_manifest_name()
+        data = codec.encode_manifest(entries, compression=self.compression)
+        self.file_io.write_bytes(self.path(name), data)
+        self._cache[name] = entries
+        added = sum(1 for e in entries if e.kind == FileKind.ADD)
+        return ManifestFileMeta(
+            file_name=name, file_size=len(data), num_added_files=added,
+            num_deleted_files=len(entries) - added, partition_stats=self._partition_stats(entries),
+            schema_id=self.schema.id,
+            min_bucket=min(e.bucket for e in entries), max_bucket=max(e.bucket for e in entries),
+            min_level=min(e.file.level for e in entries), max_level=max(e.file.level for e in entries),
+            min_row_id=None, max_row_id=None)
+
+    def _partition_stats(self, entries: list[ManifestEntry]) -> SimpleStats:
+        if not self.partition_types:
+            return SimpleStats.EMPTY
+        distinct = {e.partition for e in entries}
+        rows = [binary_row.deserialize(p, self.partition_types) for p in distinct]
+        columns = list(zip(*rows, strict=True))
+        mins, maxs, nulls = [], [], []
+        for values in columns:
+            present = [v for v in values if v is not None]
+            mins.append(min(present) if present else None)
+            maxs.append(max(present) if present else None)
+            nulls.append(len(values) - len(present))
+        return SimpleStats(binary_row.serialize(mins, self.partition_types),
+                           binary_row.serialize(maxs, self.partition_types), nulls)
+
+    # -- manifest lists ---------------------------------------------------------------------
+    def write_manifest_list(self, metas: Sequence[ManifestFileMeta], paths: PathFactory) -> tuple[str, int]:
+        name = paths.new_manifest_list_name()
+        data = codec.encode_manifest_list(list(metas), compression=self.compression)
+        self.file_io.write_bytes(self.path(name), data)
+        return name, len(data)
+
+    def read_manifest_list(self, name: str) -> list[ManifestFileMeta]:
+        path = self.path(name)
+        try:
+            data = self.file_io.read_bytes(path)
+        except FileNotFoundError:
+            raise CorruptMetadataError(f"manifest list {path} is missing") from None
+        try:
+            return codec.decode_manifest_list(data)
+        except Exception as exc:
+            raise CorruptMetadataError(f"manifest list {path} is corrupt: {exc}") from None
+
+    def read_entries(self, metas: Iterable[ManifestFileMeta]) -> list[ManifestEntry]:
+        out: list[ManifestEntry] = []
+        for meta in metas:
+            out.extend(self.read_manifest(meta.file_name))
+        return out
+
+    # -- merging (ManifestFileMerger) -----------------------------------------------------------
+    def merge(self, metas: list[ManifestFileMeta], paths: PathFactory) -> list[ManifestFileMeta]:
+        """Rewrite small manifests into bigger ones once there are merge_min_count of them.
+
+        Entries of the small manifests are merged (ADD+DELETE of a file cancel), so base manifest
+        lists do not grow without bound."""
+        small = [m for m in metas if m.file_size < self.target_file_size]
+        if len(small) < self.merge_min_count:
+            return metas
+        large = [m for m in metas if m.file_size >= self.target_file_size]
+        # unmatched DELETEs must survive: their ADD may sit in a large manifest
+        merged = merge_entries(self.read_entries(small))
+        return large + self.write_manifests(merged, paths)
+
+
+def partition_types(schema: TableSchema) -> list[pa.DataType]:
+    return [f.type.to_arrow() for f in schema.partition_fields()]

@@ -1,0 +1,238 @@
+"""Table options (Paimon's CoreOptions subset Strata understands), with defaults and validation.
+
+Unknown keys and invalid values are rejected at table creation / alteration with an error naming
+the option. Tables written by other Paimon engines may carry options Strata does not know; those
+are kept untouched when reading.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from strata.errors import OptionError
+
+MiB = 1024 * 1024
+
+
+def parse_memory(text: str) -> int:
+    """'128 mb', '256MB', '1 gb', '4096' (bytes) -> bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?i?b?|bytes)?\s*", text.lower())
+    if not m:
+        raise ValueError(f"not a memory size: {text!r}")
+    unit = (m.group(2) or "b").rstrip("b").rstrip("i") or "b"
+    factor = {"b": 1, "byte": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}.get(unit)
+    if factor is None:
+        raise ValueError(f"unknown memory unit in {text!r}")
+    return int(m.group(1)) * factor
+
+
+def parse_duration_ms(text: str) -> int:
+    """'1 h', '30 min', '10 s', '500 ms', '2d' -> milliseconds."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if not m:
+        raise ValueError(f"not a duration: {text!r}")
+    units = {"": 1, "ms": 1, "s": 1000, "sec": 1000, "min": 60000, "m": 60000, "h": 3600000,
+             "hour": 3600000, "d": 86400000, "day": 86400000, "days": 86400000}
+    if m.group(2) not in units:
+        raise ValueError(f"unknown duration unit in {text!r}")
+    return int(m.group(1)) * units[m.group(2)]
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return text.lower() == "true"
+
+
+def _choice(*values: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.lower() not in values:
+            raise ValueError(f"expected one of {', '.join(values)}, got {text!r}")
+        return text.lower()
+    return parse
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise ValueError(f"must be >= {low}, got {value}")
+        return value
+    return parse
+
+
+def _bucket(text: str) -> int:
+    value = int(text)
+    if value == 0 or value < -2:
+        raise ValueError(f"bucket must be -1 (dynamic/unaware), -2 (postpone) or > 0, got {value}")
+    return value
+
+
+def _str(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str
+    default: str | None
+    parse: Callable[[str], Any]
+    doc: str
+
+
+_OPTIONS: list[Option] = [
+    Option("bucket", "-1", _bucket, "number of buckets; -1 = unaware (append) / dynamic (PK)"),
+    Option("bucket-key", None, _str, "comma-separated bucket key columns"),
+    Option("file.format", "parquet", _choice("parquet"), "data file format"),
+    Option("file.compression", "zstd", _choice("zstd", "snappy", "gzip", "lz4", "none", "uncompressed"),
+           "data file compression"),
+    Option("file.compression.zstd-level", "1", int, "zstd level"),
+    Option("manifest.compression", "zstd", _choice("zstd", "null", "deflate", "snappy"), "manifest codec"),
+    Option("target-file-size", None, parse_memory, "target data file size (128 MB PK, 256 MB append)"),
+    Option("write-buffer-size", "256 mb", parse_memory, "memory of a writer's buffers before a flush"),
+    Option("write-buffer-spillable", "true", _bool, "accepted for compatibility"),
+    Option("page-size", "64 kb", parse_memory, "accepted for compatibility"),
+    Option("merge-engine", "deduplicate",
+           _choice("deduplicate", "partial-update", "aggregation", "first-row"), "merge engine"),
+    Option("sequence.field", None, _str, "fields deciding merge order"),
+    Option("sequence.field.sort-order", "ascending", _choice("ascending", "descending"), "order"),
+    Option("rowkind.field", None, _str, "string column holding +I/-U/+U/-D"),
+    Option("ignore-delete", "false", _bool, "drop delete records"),
+    Option("partial-update.remove-record-on-delete", "false", _bool, "partial-update delete"),
+    Option("partial-update.remove-record-on-sequence-group", None, _str, "partial-update"),
+    Option("changelog-producer", "none", _choice("none", "input", "lookup", "full-compaction"),
+           "changelog producer"),
+    Option("changelog-producer.row-deduplicate", "false", _bool, "suppress unchanged -U/+U"),
+    Option("num-sorted-run.compaction-trigger", "5", _int_at_least(1), "sorted runs that trigger compaction"),
+    Option("num-sorted-run.stop-trigger", None, _int_at_least(1), "sorted runs that stall writes"),
+    Option("num-levels", None, _int_at_least(2), "LSM levels"),
+    Option("compaction.max-size-amplification-percent", "200", _int_at_least(0), "size amplification"),
+    Option("compaction.size-ratio", "1", _int_at_least(0), "size ratio"),
+    Option("compaction.min.file-num", "5", _int_at_least(1), "append compaction min files"),
+    Option("compaction.max.file-num", "50", _int_at_least(1), "append compaction max files"),
+    Option("full-compaction.delta-commits", None, _int_at_least(1), "full compaction every N commits"),
+    Option("write-only", "false", _bool, "skip compaction and expiry in writers"),
+    Option("snapshot.num-retained.min", "10", _int_at_least(1), "min snapshots kept"),
+    Option("snapshot.num-retained.max", str(2**31 - 1), _int_at_least(1), "max snapshots kept"),
+    Option("snapshot.time-retained", "1 h", parse_duration_ms, "snapshot retention"),
+    Option("snapshot.expire.limit", "50", _int_at_least(1), "snapshots expired per run"),
+    Option("manifest.target-file-size", "8 mb", parse_memory, "manifest file size"),
+    Option("manifest.merge-min-count", "30", _int_at_least(1), "manifests merged at least"),
+    Option("manifest.full-compaction-threshold-size", "16 mb", parse_memory, "manifest full merge"),
+    Option("partition.default-name", "__DEFAULT_PARTITION__", _str, "name of the null partition"),
+    Option("partition.legacy-name", "true", _bool, "Java toString partition values"),
+    Option("commit.max-retries", "10", _int_at_least(0), "commit retries"),
+    Option("commit.min-retry-wait", "10 ms", parse_duration_ms, "commit back-off start"),
+    Option("commit.max-retry-wait", "10 s", parse_duration_ms, "commit back-off cap"),
+    Option("commit.timeout", None, parse_duration_ms, "commit deadline"),
+    Option("commit.user-prefix", None, _str, "prefix of generated commit users"),
+    Option("metadata.stats-mode", "truncate(16)", _str, "none | counts | full | truncate(N)"),
+    Option("primary-key", None, _str, "primary key (alternative to the schema's)"),
+    Option("partition", None, _str, "partition keys (alternative to the schema's)"),
+    Option("scan.mode", "default", _choice("default", "latest-full", "full", "latest", "latest-delta",
+                                           "compacted-full", "from-timestamp", "from-snapshot",
+                                           "from-snapshot-full", "incremental"), "scan mode"),
+    Option("scan.snapshot-id", None, int, "scan snapshot"),
+    Option("scan.timestamp-millis", None, int, "scan timestamp"),
+    Option("scan.tag-name", None, _str, "scan tag"),
+    Option("consumer-id", None, _str, "consumer"),
+    Option("consumer.expiration-time", None, parse_duration_ms, "consumer expiry"),
+    Option("log.system", "none", _choice("none", "kafka"), "log store"),
+    Option("log.consistency", "transactional", _choice("transactional", "eventual"), "log consistency"),
+    Option("deletion-vectors.enabled", "false", _bool, "deletion vectors (not supported yet)"),
+    Option("path", None, _str, "table path"),
+    Option("type", None, _str, "table type"),
+    Option("data-file.prefix", "data-", _str, "data file prefix"),
+    Option("changelog-file.prefix", "changelog-", _str, "changelog file prefix"),
+]
+OPTIONS: dict[str, Option] = {o.key: o for o in _OPTIONS}
+# options with a per-field or free-form part, e.g. fields.price.aggregate-function
+_PATTERNS = [
+    re.compile(r"^fields\.[^.]+(,[^.]+)*\.(aggregate-function|ignore-retract|sequence-group|"
+               r"default-aggregate-function|list-agg-delimiter|distinct|nested-key)$"),
+    re.compile(r"^fields\.default-aggregate-function$"),
+    re.compile(r"^log\.kafka\..+$|^kafka\..+$|^strata\..+$"),
+]
+
+
+def validate(options: Mapping[str, str], context: str) -> None:
+    """Reject unknown keys and unparsable values; `context` names the table for the message."""
+    for key, value in options.items():
+        option = OPTIONS.get(key)
+        if option is None:
+            if any(p.match(key) for p in _PATTERNS):
+                continue
+            raise OptionError(f"unknown option {key!r} for {context}")
+        try:
+            option.parse(str(value))
+        except ValueError as exc:
+            raise OptionError(f"invalid value {value!r} for option {key!r} of {context}: {exc}") from None
+
+
+class CoreOptions:
+    """Typed access to a table's options, with Paimon's defaults."""
+
+    def __init__(self, options: Mapping[str, str]):
+        self.raw = dict(options)
+
+    def get(self, key: str) -> Any:
+        option = OPTIONS[key]
+        text = self.raw.get(key, option.default)
+        return None if text is None else option.parse(text)
+
+    def get_str(self, key: str, default: str | None = None) -> str | None:
+        return self.raw.get(key, default)
+
+    @property
+    def bucket(self) -> int:
+        return int(self.get("bucket"))
+
+    def bucket_key(self) -> list[str]:
+        value = self.get("bucket-key")
+        return [f.strip() for f in value.split(",") if f.strip()] if value else []
+
+    def target_file_size(self, has_primary_key: bool) -> int:
+        size = self.get("target-file-size")
+        if size is not None:
+            return int(size)
+        return (128 if has_primary_key else 256) * MiB
+
+    @property
+    def merge_engine(self) -> str:
+        return str(self.get("merge-engine"))
+
+    @property
+    def compaction_trigger(self) -> int:
+        return int(self.get("num-sorted-run.compaction-trigger"))
+
+    @property
+    def stop_trigger(self) -> int:
+        value = self.get("num-sorted-run.stop-trigger")
+        return int(value) if value is not None else self.compaction_trigger + 3
+
+    @property
+    def num_levels(self) -> int:
+        value = self.get("num-levels")
+        return int(value) if value is not None else self.compaction_trigger + 1
+
+    def field_option(self, field: str, suffix: str) -> str | None:
+        return self.raw.get(f"fields.{field}.{suffix}")
+
+    def sequence_fields(self) -> list[str]:
+        value = self.get("sequence.field")
+        return [f.strip() for f in value.split(",") if f.strip()] if value else []
+
+    def stats_truncate_length(self) -> int | None:
+        """None = full stats; 0 = no min/max (counts/none); N = truncate strings to N chars."""
+        mode = str(self.get("metadata.stats-mode")).lower()
+        if mode == "full":
+            return None
+        if mode in ("none", "counts"):
+            return 0
+        m = re.fullmatch(r"truncate\((\d+)\)", mode)
+        if not m:
+            raise OptionError(f"invalid metadata.stats-mode {mode!r}")
+        return int(m.group(1))

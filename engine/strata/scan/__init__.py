@@ -1,0 +1,1 @@
+"""Scan planning: snapshot selection, manifest reading, pruning by partition, bucket and stats."""

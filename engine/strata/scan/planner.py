@@ -1,0 +1,216 @@
+"""TableScan: pick a snapshot, read its manifests, prune, and group live files into splits."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from strata.errors import SnapshotNotFoundError
+from strata.format import binary_row
+from strata.format.bucket import bucket_ids
+from strata.manifest.data_file_meta import DataFileMeta
+from strata.manifest.manifest_entry import FileKind, ManifestEntry, live_files, merge_entries
+from strata.manifest.manifest_file_meta import ManifestFileMeta
+from strata.manifest.simple_stats import SimpleStats
+from strata.scan.predicate import ColumnStats, Predicate, equality_literals, only_fields
+from strata.snapshot.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from strata.table.table import Table
+
+
+@dataclass
+class DataSplit:
+    """The files of one (partition, bucket) a reader merges together."""
+
+    snapshot_id: int
+    partition: bytes
+    partition_values: tuple[Any, ...]
+    bucket: int
+    total_buckets: int
+    files: list[DataFileMeta]
+    bucket_path: str
+    row_kinds: bool = False  # incremental/changelog reads keep -U/-D rows
+    merged_files: list[DataFileMeta] = field(default_factory=list)
+
+    @property
+    def row_count(self) -> int:
+        return sum(f.row_count for f in self.files)
+
+    def raw_convertible(self) -> bool:
+        """True when no merging is needed: one file, or no two files whose keys can overlap."""
+        return len(self.files) <= 1 or all(f.level > 0 for f in self.files) and \
+            len({f.level for f in self.files}) == 1
+
+
+@dataclass
+class ScanStats:
+    manifests_read: int = 0
+    manifests_skipped: int = 0
+    files_scanned: int = 0
+    files_skipped: int = 0
+
+
+@dataclass
+class Plan:
+    snapshot: Snapshot | None
+    splits: list[DataSplit]
+    stats: ScanStats
+
+
+class TableScan:
+    def __init__(self, table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
+                 tag: str | None = None, filter: Predicate | None = None):
+        self.table = table
+        self.filter = filter
+        self._snapshot_id = snapshot_id
+        self._timestamp = timestamp_millis
+        self._tag = tag
+        schema = table.schema
+        self.partition_fields = schema.partition_fields()
+        self.partition_filter = only_fields(filter, set(schema.partition_keys))
+        stat_fields = set(schema.trimmed_primary_keys) if schema.primary_keys else set(schema.field_names)
+        self.file_filter = only_fields(filter, stat_fields - set(schema.partition_keys))
+        self.stats = ScanStats()
+
+    # -- snapshot selection ---------------------------------------------------------------
+    def snapshot(self) -> Snapshot | None:
+        manager = self.table.snapshot_manager
+        if self._tag is not None:
+            return self.table.tags.get(self._tag)
+        if self._snapshot_id is not None:
+            return manager.snapshot(self._snapshot_id)
+        if self._timestamp is not None:
+            snap = manager.latest_at_or_before(self._timestamp)
+            if snap is None:
+                raise SnapshotNotFoundError(
+                    f"no snapshot of table {self.table.identifier} at or before {self._timestamp}")
+            return snap
+        return manager.latest()
+
+    # -- planning ----------------------------------------------------------------------------
+    def plan_entries(self, snapshot: Snapshot | None = None) -> list[ManifestEntry]:
+        """Live files of the snapshot that survive partition, bucket and stats pruning."""
+        snapshot = snapshot if snapshot is not None else self.snapshot()
+        if snapshot is None:
+            return []
+        store = self.table.manifest_store
+        metas = (store.read_manifest_list(snapshot.base_manifest_list)
+                 + store.read_manifest_list(snapshot.delta_manifest_list))
+        entries = live_files(store.read_entries(self._prune_manifests(metas)))
+        return [e for e in entries if self._keep(e)]
+
+    def plan(self) -> Plan:
+        snapshot = self.snapshot()
+        entries = self.plan_entries(snapshot)
+        return Plan(snapshot, self._splits(snapshot.id if snapshot else 0, entries), self.stats)
+
+    def plan_delta(self, snapshot_id: int) -> list[DataSplit]:
+        """The files a snapshot added (its delta), as splits that keep row kinds."""
+        snapshot = self.table.snapshot_manager.snapshot(snapshot_id)
+        store = self.table.manifest_store
+        entries = merge_entries(store.read_entries(store.read_manifest_list(snapshot.delta_manifest_list)))
+        added = [e for e in entries if e.kind == FileKind.ADD and self._keep(e)]
+        splits = self._splits(snapshot.id, added)
+        for s in splits:
+            s.row_kinds = True
+        return splits
+
+    def _splits(self, snapshot_id: int, entries: list[ManifestEntry]) -> list[DataSplit]:
+        grouped: dict[tuple[bytes, int], list[ManifestEntry]] = defaultdict(list)
+        for e in entries:
+            grouped[(e.partition, e.bucket)].append(e)
+        splits = []
+        for (partition, bucket), group in sorted(grouped.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            values = tuple(self._partition_values(partition))
+            part_dir = self.table.partition_dir(values)
+            files = sorted((e.file for e in group), key=lambda f: f.min_sequence_number)
+            splits.append(DataSplit(snapshot_id, partition, values, bucket, group[0].total_buckets, files,
+                                    self.table.paths.bucket_dir(part_dir, bucket)))
+        return splits
+
+    # -- pruning ----------------------------------------------------------------------------
+    def _prune_manifests(self, metas: list[ManifestFileMeta]) -> list[ManifestFileMeta]:
+        if self.partition_filter is None or not self.partition_fields:
+            return metas
+        kept = []
+        for meta in metas:
+            stats = self._decode_stats(meta.partition_stats, self.table.schema.partition_keys,
+                                       [f.type.to_arrow() for f in self.partition_fields], None)
+            if self.partition_filter.may_match(stats):
+                kept.append(meta)
+            else:
+                self.stats.manifests_skipped += 1
+        self.stats.manifests_read += len(kept)
+        return kept
+
+    def _keep(self, entry: ManifestEntry) -> bool:
+        keep = self._partition_ok(entry.partition) and self._bucket_ok(entry) and self._file_ok(entry)
+        if keep:
+            self.stats.files_scanned += 1
+        else:
+            self.stats.files_skipped += 1
+        return keep
+
+    _partition_cache: dict[bytes, bool]
+
+    def _partition_values(self, partition: bytes) -> list[Any]:
+        if not self.partition_fields:
+            return []
+        return binary_row.deserialize(partition, [f.type.to_arrow() for f in self.partition_fields])
+
+    def _partition_ok(self, partition: bytes) -> bool:
+        if self.partition_filter is None:
+            return True
+        cache = self.__dict__.setdefault("_partition_cache", {})
+        if partition not in cache:
+            values = dict(zip(self.table.schema.partition_keys, self._partition_values(partition), strict=True))
+            cache[partition] = self.partition_filter.may_match(
+                lambda name: ColumnStats(values[name], values[name], int(values[name] is None), 1)
+                if name in values else None)
+        return bool(cache[partition])
+
+    def _bucket_ok(self, entry: ManifestEntry) -> bool:
+        schema = self.table.schema
+        if entry.total_buckets <= 0 or self.filter is None:
+            return True
+        keys = schema.bucket_keys()
+        if len(keys) != 1:
+            return True
+        literals = equality_literals(self.filter, keys[0])
+        if not literals:
+            return True
+        cache = self.__dict__.setdefault("_bucket_cache", {})
+        if entry.total_buckets not in cache:
+            import pyarrow as pa
+
+            arrow_type = schema.field(keys[0]).type.to_arrow()
+            column = pa.array(literals, arrow_type)
+            cache[entry.total_buckets] = set(bucket_ids([column], entry.total_buckets).tolist())
+        return entry.bucket in cache[entry.total_buckets]
+
+    def _file_ok(self, entry: ManifestEntry) -> bool:
+        if self.file_filter is None:
+            return True
+        schema = self.table.schema_at(entry.file.schema_id)
+        f = entry.file
+        if schema.primary_keys:
+            names = [k.name for k in schema.key_fields()]
+            types = [k.type.to_arrow() for k in schema.key_fields()]
+            stats = f.key_stats
+        else:
+            names = f.value_stats_cols or schema.field_names
+            types = [schema.field(n).type.to_arrow() for n in names]
+            stats = f.value_stats
+        return self.file_filter.may_match(self._decode_stats(stats, names, types, f.row_count))
+
+    @staticmethod
+    def _decode_stats(stats: SimpleStats, names: list[str], types: list, row_count: int | None):  # noqa: ANN205
+        if not stats.null_counts and len(stats.min_values) <= 12:
+            return lambda name: None
+        mins = binary_row.deserialize(stats.min_values, types)
+        maxs = binary_row.deserialize(stats.max_values, types)
+        table = {n: ColumnStats(mins[i], maxs[i], stats.null_counts[i] if i < len(stats.null_counts) else None,
+                                row_count) for i, n in enumerate(names)}
+        return table.get

@@ -1,0 +1,228 @@
+"""Predicates users build with ``col``: evaluated on rows (as Arrow expressions) and on min/max
+statistics (to prune partitions, files and row groups without reading them).
+
+    from strata import col
+    table.read(filter=(col("id").between(10, 20)) & (col("dt") == "2024-01-01"))
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.compute as pc
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    """What is known of a column in some unit (partition, file, row group); None = unknown."""
+
+    min: Any
+    max: Any
+    null_count: int | None
+    row_count: int | None
+
+
+StatsLookup = Callable[[str], ColumnStats | None]
+
+
+class Predicate(ABC):
+    @abstractmethod
+    def to_arrow(self) -> pc.Expression: ...
+
+    @abstractmethod
+    def may_match(self, stats: StatsLookup) -> bool:
+        """False only if no row of a unit with these stats can satisfy the predicate."""
+
+    @abstractmethod
+    def fields(self) -> set[str]: ...
+
+    def __and__(self, other: Predicate) -> Predicate:
+        return And(self, other)
+
+    def __or__(self, other: Predicate) -> Predicate:
+        return Or(self, other)
+
+    def __invert__(self) -> Predicate:
+        return Not(self)
+
+
+@dataclass(frozen=True, eq=False)
+class Leaf(Predicate):
+    field: str
+    op: str  # eq ne lt le gt ge in is_null is_not_null starts_with
+    literals: tuple[Any, ...] = ()
+
+    def to_arrow(self) -> pc.Expression:
+        f = pc.field(self.field)
+        lit = self.literals[0] if self.literals else None
+        ops: dict[str, Callable[[], pc.Expression]] = {
+            "eq": lambda: f == lit, "ne": lambda: f != lit, "lt": lambda: f < lit,
+            "le": lambda: f <= lit, "gt": lambda: f > lit, "ge": lambda: f >= lit,
+            "in": lambda: f.isin(list(self.literals)), "is_null": lambda: f.is_null(),
+            "is_not_null": lambda: f.is_valid(),
+            "starts_with": lambda: pc.starts_with(f, pattern=lit),
+        }
+        return ops[self.op]()
+
+    def fields(self) -> set[str]:
+        return {self.field}
+
+    def may_match(self, stats: StatsLookup) -> bool:
+        s = stats(self.field)
+        if s is None:
+            return True
+        if self.op == "is_null":
+            return s.null_count is None or s.null_count > 0
+        if self.op == "is_not_null":
+            return s.null_count is None or s.row_count is None or s.null_count < s.row_count
+        if s.min is None or s.max is None:
+            # no min/max: all-null (prunable unless nulls could match) or unknown
+            all_null = s.null_count is not None and s.row_count is not None and s.null_count == s.row_count
+            return not all_null
+        try:
+            return self._range_may_match(s.min, s.max)
+        except TypeError:
+            return True  # incomparable literal: never prune
+
+    def _range_may_match(self, lo: Any, hi: Any) -> bool:
+        lit = self.literals[0] if self.literals else None
+        if self.op == "eq":
+            return bool(lo <= lit <= hi)
+        if self.op == "ne":
+            return not (lo == hi == lit)
+        if self.op == "lt":
+            return bool(lo < lit)
+        if self.op == "le":
+            return bool(lo <= lit)
+        if self.op == "gt":
+            return bool(hi > lit)
+        if self.op == "ge":
+            return bool(hi >= lit)
+        if self.op == "in":
+            return any(lo <= v <= hi for v in self.literals if v is not None)
+        if self.op == "starts_with":
+            return bool(hi >= lit and (lo[: len(lit)] <= lit))
+        return True
+
+
+@dataclass(frozen=True, eq=False)
+class And(Predicate):
+    left: Predicate
+    right: Predicate
+
+    def to_arrow(self) -> pc.Expression:
+        return self.left.to_arrow() & self.right.to_arrow()
+
+    def may_match(self, stats: StatsLookup) -> bool:
+        return self.left.may_match(stats) and self.right.may_match(stats)
+
+    def fields(self) -> set[str]:
+        return self.left.fields() | self.right.fields()
+
+
+@dataclass(frozen=True, eq=False)
+class Or(Predicate):
+    left: Predicate
+    right: Predicate
+
+    def to_arrow(self) -> pc.Expression:
+        return self.left.to_arrow() | self.right.to_arrow()
+
+    def may_match(self, stats: StatsLookup) -> bool:
+        return self.left.may_match(stats) or self.right.may_match(stats)
+
+    def fields(self) -> set[str]:
+        return self.left.fields() | self.right.fields()
+
+
+@dataclass(frozen=True, eq=False)
+class Not(Predicate):
+    child: Predicate
+
+    def to_arrow(self) -> pc.Expression:
+        return ~self.child.to_arrow()
+
+    def may_match(self, stats: StatsLookup) -> bool:
+        return True  # min/max cannot refute a negation in general
+
+    def fields(self) -> set[str]:
+        return self.child.fields()
+
+
+class Column:
+    """Builder of leaf predicates on one column."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __eq__(self, value: object) -> Predicate:  # type: ignore[override]
+        return Leaf(self.name, "eq", (value,))
+
+    def __ne__(self, value: object) -> Predicate:  # type: ignore[override]
+        return Leaf(self.name, "ne", (value,))
+
+    def __lt__(self, value: object) -> Predicate:
+        return Leaf(self.name, "lt", (value,))
+
+    def __le__(self, value: object) -> Predicate:
+        return Leaf(self.name, "le", (value,))
+
+    def __gt__(self, value: object) -> Predicate:
+        return Leaf(self.name, "gt", (value,))
+
+    def __ge__(self, value: object) -> Predicate:
+        return Leaf(self.name, "ge", (value,))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def between(self, low: object, high: object) -> Predicate:
+        return And(Leaf(self.name, "ge", (low,)), Leaf(self.name, "le", (high,)))
+
+    def isin(self, values: Iterable[object]) -> Predicate:
+        return Leaf(self.name, "in", tuple(values))
+
+    def is_null(self) -> Predicate:
+        return Leaf(self.name, "is_null")
+
+    def is_not_null(self) -> Predicate:
+        return Leaf(self.name, "is_not_null")
+
+    def startswith(self, prefix: str) -> Predicate:
+        return Leaf(self.name, "starts_with", (prefix,))
+
+
+def col(name: str) -> Column:
+    return Column(name)
+
+
+def only_fields(predicate: Predicate | None, allowed: set[str]) -> Predicate | None:
+    """The part of a conjunction that references only `allowed` fields (safe to push down)."""
+    if predicate is None:
+        return None
+    if isinstance(predicate, And):
+        left = only_fields(predicate.left, allowed)
+        right = only_fields(predicate.right, allowed)
+        if left is None:
+            return right
+        return left if right is None else And(left, right)
+    return predicate if predicate.fields() <= allowed else None
+
+
+def equality_literals(predicate: Predicate | None, field: str) -> list[Any] | None:
+    """Values `field` is pinned to by a conjunction of eq / in leaves, or None if unconstrained."""
+    if predicate is None:
+        return None
+    if isinstance(predicate, And):
+        left = equality_literals(predicate.left, field)
+        right = equality_literals(predicate.right, field)
+        if left is None:
+            return right
+        if right is None:
+            return left
+        return [v for v in left if v in right]
+    if isinstance(predicate, Leaf) and predicate.field == field and predicate.op in ("eq", "in"):
+        return list(predicate.literals)
+    return None

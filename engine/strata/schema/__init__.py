@@ -1,0 +1,1 @@
+"""Paimon types, table schemas and their evolution (schema/schema-N files)."""

@@ -1,0 +1,1 @@
+"""The table API: writes, commits, scans and reads of one Paimon table."""

@@ -1,0 +1,73 @@
+"""TableCommit: the user-facing committer of one table (wraps the file-store commit)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from strata.errors import WriterClosedError
+from strata.format import binary_row
+from strata.operation.commit import CommitResult, FileStoreCommit
+from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
+from strata.table.commit_message import CommitMessage
+
+if TYPE_CHECKING:
+    from strata.table.table import Table
+
+
+class TableCommit:
+    """Commits messages as snapshots. With a stable `commit_user` and increasing identifiers a
+    replayed commit (same user, identifier <= the last committed one) is skipped."""
+
+    def __init__(self, table: Table, commit_user: str | None = None):
+        self.table = table
+        prefix = table.options.get("commit.user-prefix")
+        self.commit_user = commit_user or (f"{prefix}-" if prefix else "") + str(uuid.uuid4())
+        self._commit = FileStoreCommit(table.file_io, table.path, table.schema, self.commit_user,
+                                       publish=table.snapshot_publisher())
+        self.closed = False
+
+    def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
+               properties: Mapping[str, str] | None = None, watermark: int | None = None) -> CommitResult:
+        self._check_open()
+        return self._commit.commit(messages, identifier, dict(properties or {}) or None, watermark)
+
+    def overwrite(self, messages: Sequence[CommitMessage], partition: Mapping[str, Any] | None = None,
+                  identifier: int = BATCH_COMMIT_IDENTIFIER, dynamic: bool = False,
+                  properties: Mapping[str, str] | None = None) -> CommitResult:
+        """Replace a static partition (`partition`), the partitions the data touches (`dynamic`),
+        or, with neither, the whole table."""
+        self._check_open()
+        targets: list[bytes] | None = None
+        if partition is not None:
+            targets = [self._partition_bytes(partition)]
+        elif dynamic:
+            targets = sorted({m.partition for m in messages})
+            if not targets:
+                return CommitResult()
+        return self._commit.overwrite(messages, targets, identifier, dict(properties or {}) or None)
+
+    def last_committed_identifier(self) -> int | None:
+        return self._commit.last_committed_identifier()
+
+    def _partition_bytes(self, partition: Mapping[str, Any]) -> bytes:
+        schema = self.table.schema
+        if set(partition) != set(schema.partition_keys):
+            raise ValueError(f"overwrite partition of table {self.table.identifier} must give every "
+                             f"partition key {schema.partition_keys}, got {sorted(partition)}")
+        fields = schema.partition_fields()
+        return binary_row.serialize([partition[f.name] for f in fields], [f.type.to_arrow() for f in fields])
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise WriterClosedError(f"commit of table {self.table.identifier} is closed")
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __enter__(self) -> TableCommit:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

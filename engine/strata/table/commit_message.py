@@ -1,0 +1,21 @@
+"""CommitMessage: what one writer of one (partition, bucket) hands to the committer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from strata.manifest.data_file_meta import DataFileMeta
+
+
+@dataclass
+class CommitMessage:
+    partition: bytes  # serialized BinaryRow of the partition values
+    bucket: int
+    total_buckets: int
+    new_files: list[DataFileMeta] = field(default_factory=list)
+    compact_before: list[DataFileMeta] = field(default_factory=list)
+    compact_after: list[DataFileMeta] = field(default_factory=list)
+    changelog_files: list[DataFileMeta] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not (self.new_files or self.compact_before or self.compact_after or self.changelog_files)

@@ -1,0 +1,86 @@
+"""Making user data fit a table: column selection, casts, null checks, row kinds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from strata.errors import SchemaMismatchError
+from strata.schema.table_schema import TableSchema
+
+ROW_KIND_CODES = {"+I": 0, "-U": 1, "+U": 2, "-D": 3}
+
+
+def to_arrow_table(data: pa.Table | pa.RecordBatch | pd.DataFrame) -> pa.Table:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pd.DataFrame):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    raise SchemaMismatchError(f"cannot write {type(data).__name__}: give a pyarrow Table/RecordBatch "
+                              "or a pandas DataFrame")
+
+
+def conform(data: pa.Table, schema: TableSchema, where: str, extra: tuple[str, ...] = ()) -> pa.Table:
+    """Select and cast the table's columns; errors name the column and the problem."""
+    present = set(data.column_names)
+    missing = [n for n in schema.field_names if n not in present]
+    if missing:
+        raise SchemaMismatchError(f"data written to {where} lacks column(s) {missing}")
+    unknown = [n for n in data.column_names if n not in schema.field_names and n not in extra]
+    if unknown:
+        raise SchemaMismatchError(f"data written to {where} has column(s) {unknown} that the table "
+                                  f"does not have; columns are {schema.field_names}")
+    columns = []
+    for f in schema.fields:
+        column = data.column(f.name)
+        target = f.type.to_arrow()
+        if column.type != target:
+            column = _cast(column, target, f.name, where)
+        if not f.type.nullable and column.null_count:
+            what = "primary-key" if f.name in schema.primary_keys else "NOT NULL"
+            raise SchemaMismatchError(f"{what} column {f.name!r} of {where} has {column.null_count} null value(s)")
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=schema.arrow_schema())
+
+
+def _cast(column: pa.ChunkedArray, target: pa.DataType, name: str, where: str) -> pa.ChunkedArray:
+    try:
+        return pc.cast(column, target, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaMismatchError(
+            f"column {name!r} of {where}: cannot store {column.type} values as {target}: {exc}") from None
+
+
+def row_kinds(data: pa.Table, kinds: pa.Array | np.ndarray | list[str] | str | None,
+              rowkind_field: str | None, where: str) -> np.ndarray | None:
+    """Row kinds as int8 codes (0=+I, 1=-U, 2=+U, 3=-D), or None for all inserts."""
+    if kinds is None and rowkind_field:
+        kinds = data.column(rowkind_field).combine_chunks()
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        return np.full(data.num_rows, _code(kinds, where), dtype=np.int8)
+    array = pa.array(kinds) if not isinstance(kinds, (pa.Array, pa.ChunkedArray)) else kinds
+    if len(array) != data.num_rows:
+        raise SchemaMismatchError(f"{len(array)} row kinds for {data.num_rows} rows written to {where}")
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        codes = pc.index_in(array, value_set=pa.array(list(ROW_KIND_CODES)))
+        if codes.null_count:
+            bad = pc.filter(array, pc.is_null(codes))[0].as_py()
+            raise SchemaMismatchError(f"invalid row kind {bad!r} written to {where}; use +I, -U, +U or -D")
+        return codes.to_numpy(zero_copy_only=False).astype(np.int8)
+    values = np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if values.size and (values.min() < 0 or values.max() > 3):
+        raise SchemaMismatchError(f"row kind codes written to {where} must be 0..3")
+    return values.astype(np.int8)
+
+
+def _code(kind: str, where: str) -> int:
+    try:
+        return ROW_KIND_CODES[kind]
+    except KeyError:
+        raise SchemaMismatchError(f"invalid row kind {kind!r} written to {where}; use +I, -U, +U or -D") from None

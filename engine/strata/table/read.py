@@ -1,0 +1,136 @@
+"""TableRead: turn splits into Arrow record batches, merging sorted runs of primary-key buckets."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from strata.io.data_file_reader import ColumnMapping, read_file
+from strata.manifest.data_file_meta import DataFileMeta
+from strata.mergetree.merge_function import live_rows_mask, merge_function_for
+from strata.mergetree.merge_reader import merge_runs
+from strata.operation.commit import key_decoder
+from strata.scan.planner import DataSplit
+from strata.scan.predicate import Predicate, only_fields
+from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND
+
+if TYPE_CHECKING:
+    from strata.table.table import Table
+
+ROW_KIND_COLUMN = "_ROW_KIND"
+_KIND_NAMES = pa.array(["+I", "-U", "+U", "-D"])
+
+
+class TableRead:
+    def __init__(self, table: Table, columns: Sequence[str] | None = None, filter: Predicate | None = None):
+        self.table = table
+        self.schema = table.schema
+        self.columns = list(columns) if columns is not None else self.schema.field_names
+        for name in self.columns:
+            self.schema.field(name)  # clear error for an unknown column
+        self.filter = filter
+        needed = set(self.columns) | (filter.fields() if filter else set())
+        self.value_columns = [n for n in self.schema.field_names if n in needed]
+        self.output_schema = pa.schema([self.schema.field(n).to_arrow() for n in self.columns])
+        self.key_names = [KEY_PREFIX + f.name for f in self.schema.key_fields()] if self.schema.primary_keys else []
+        self.merge_function = merge_function_for(self.schema.options) if self.schema.primary_keys else None
+        key_fields = set(self.schema.trimmed_primary_keys)
+        self.key_order = key_decoder(self.schema) if self.schema.primary_keys else None
+        self.key_filter = only_fields(filter, key_fields) if self.schema.primary_keys else filter
+
+    # -- public ----------------------------------------------------------------------------------
+    def to_batches(self, splits: Sequence[DataSplit]) -> Iterator[pa.RecordBatch]:
+        for split in splits:
+            for table in self.read_split(split):
+                yield from table.to_batches()
+
+    def to_arrow(self, splits: Sequence[DataSplit]) -> pa.Table:
+        tables = [t for s in splits for t in self.read_split(s)]
+        with_kinds = any(s.row_kinds for s in splits)
+        schema = self._schema(with_kinds)
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    def to_pandas(self, splits: Sequence[DataSplit]):  # noqa: ANN201 - pandas is optional for mypy
+        return self.to_arrow(splits).to_pandas()
+
+    def to_record_batch_reader(self, splits: Sequence[DataSplit]) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.output_schema, self.to_batches(splits))
+
+    def _schema(self, with_kinds: bool) -> pa.Schema:
+        if not with_kinds:
+            return self.output_schema
+        return pa.schema([pa.field(ROW_KIND_COLUMN, pa.string(), nullable=False), *self.output_schema])
+
+    # -- splits ----------------------------------------------------------------------------------
+    def read_split(self, split: DataSplit) -> Iterator[pa.Table]:
+        if self.schema.primary_keys:
+            batches = self._merged(split)
+        else:
+            batches = self._appended(split)
+        for batch in batches:
+            out = self._finish(batch, split.row_kinds)
+            if out.num_rows:
+                yield out
+
+    def _appended(self, split: DataSplit) -> Iterator[pa.Table]:
+        for f in split.files:
+            yield from self._read(split, f, self.value_columns, self.filter)
+
+    def _merged(self, split: DataSplit) -> Iterator[pa.Table]:
+        wanted = [*self.key_names, SEQUENCE_NUMBER, VALUE_KIND, *self.value_columns]
+        runs = [self._run(split, files, wanted) for files in _sorted_runs(split.files, self.key_order)]
+        if split.row_kinds:  # a delta: every record as written, no merging
+            for run in runs:
+                yield from run
+            return
+        assert self.merge_function is not None and self.key_order is not None
+        yield from merge_runs(runs, self.key_names, self.merge_function)
+
+    def _run(self, split: DataSplit, files: list[DataFileMeta], wanted: list[str]) -> Iterator[pa.Table]:
+        for f in files:
+            yield from self._read(split, f, wanted, self.key_filter)
+
+    def _read(self, split: DataSplit, f: DataFileMeta, wanted: list[str],
+              prune: Predicate | None) -> Iterator[pa.Table]:
+        writer_schema = self.table.schema_at(f.schema_id)
+        mapping = ColumnMapping(self.schema, writer_schema, wanted)
+        path = f.external_path or f"{split.bucket_path}/{f.file_name}"
+        stat_names = {k: KEY_PREFIX + k for k in self.schema.trimmed_primary_keys} if self.key_names else {}
+        yield from read_file(self.table.file_io, path, mapping, prune, stat_names)
+
+    def _finish(self, batch: pa.Table, with_kinds: bool) -> pa.Table:
+        """Drop retractions (or label them), apply the filter, project."""
+        if self.key_names:
+            codes = batch.column(VALUE_KIND).to_numpy()
+            if with_kinds:
+                kinds = pc.take(_KIND_NAMES, pa.array(codes.astype(np.int32)))
+                batch = batch.append_column(ROW_KIND_COLUMN, kinds)
+            else:
+                mask = live_rows_mask(codes)
+                if not mask.all():
+                    batch = batch.filter(pa.array(mask))
+        if self.filter is not None:
+            batch = batch.filter(self.filter.to_arrow())
+        out = pa.Table.from_arrays([batch.column(n) for n in self.columns], schema=self.output_schema)
+        if with_kinds and self.key_names:
+            out = out.add_column(0, pa.field(ROW_KIND_COLUMN, pa.string(), nullable=False),
+                                 batch.column(ROW_KIND_COLUMN))
+        return out
+
+
+def _sorted_runs(files: list[DataFileMeta], key_order: Callable[[bytes], tuple]) -> list[list[DataFileMeta]]:
+    """Level 0: one run per file (oldest first); level >= 1: one run per level, by key order."""
+    level0 = sorted((f for f in files if f.level == 0), key=lambda f: f.min_sequence_number)
+    by_level: dict[int, list[DataFileMeta]] = defaultdict(list)
+    for f in files:
+        if f.level > 0:
+            by_level[f.level].append(f)
+    runs = [[f] for f in level0]
+    for level in sorted(by_level, reverse=True):
+        runs.append(sorted(by_level[level], key=lambda f: key_order(f.min_key)))
+    return runs

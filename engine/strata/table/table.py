@@ -1,0 +1,143 @@
+"""Table: one Paimon table, with the builders for writing and reading it and a convenient API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import pyarrow as pa
+
+from strata.fs import FileIO
+from strata.operation.commit import CommitResult
+from strata.operation.manifests import ManifestStore
+from strata.options import CoreOptions
+from strata.scan.planner import DataSplit, TableScan
+from strata.scan.predicate import Predicate
+from strata.schema.schema_manager import SchemaManager
+from strata.schema.table_schema import TableSchema
+from strata.snapshot.snapshot import Snapshot
+from strata.snapshot.snapshot_manager import SnapshotManager
+from strata.table.commit import TableCommit
+from strata.table.paths import PathFactory, partition_path
+from strata.table.read import TableRead
+from strata.table.write import TableWrite
+
+if TYPE_CHECKING:
+    from strata.catalog.base import Catalog, Identifier
+
+
+class Table:
+    def __init__(self, file_io: FileIO, path: str, identifier: Identifier, schema: TableSchema,
+                 catalog: Catalog | None = None):
+        self.file_io = file_io
+        self.path = path.rstrip("/")
+        self.identifier = identifier
+        self.schema = schema
+        self.catalog = catalog
+        self.options = dict(schema.options)
+        self.core = CoreOptions(self.options)
+        self.snapshot_manager = SnapshotManager(file_io, self.path)
+        self.schema_manager = SchemaManager(file_io, self.path)
+        self.paths = PathFactory(self.path)
+
+    def __repr__(self) -> str:
+        return f"Table({self.identifier}, {self.path})"
+
+    @cached_property
+    def manifest_store(self) -> ManifestStore:
+        return ManifestStore(self.file_io, self.path, self.schema)
+
+    @cached_property
+    def tags(self) -> Any:
+        from strata.table.tags import TagManager
+
+        return TagManager(self.file_io, self.path)
+
+    def schema_at(self, schema_id: int) -> TableSchema:
+        return self.schema if schema_id == self.schema.id else self.schema_manager.schema(schema_id)
+
+    def partition_dir(self, values: Sequence[Any]) -> str:
+        return partition_path(self.schema.partition_fields(), values,
+                              str(self.core.get("partition.default-name")))
+
+    def snapshot_publisher(self) -> Callable[[SnapshotManager, Snapshot], bool] | None:
+        """How snapshot-N is published; catalogs with locks override this."""
+        hook = getattr(self.catalog, "snapshot_publisher", None)
+        return hook(self) if callable(hook) else None
+
+    # -- builders (pypaimon-style) -------------------------------------------------------------
+    def new_write(self) -> TableWrite:
+        return TableWrite(self)
+
+    def new_commit(self, commit_user: str | None = None) -> TableCommit:
+        return TableCommit(self, commit_user)
+
+    def new_scan(self, filter: Predicate | None = None, snapshot_id: int | None = None,
+                 timestamp_millis: int | None = None, tag: str | None = None) -> TableScan:
+        return TableScan(self, snapshot_id, timestamp_millis, tag, filter)
+
+    def new_read(self, columns: Sequence[str] | None = None, filter: Predicate | None = None) -> TableRead:
+        return TableRead(self, columns, filter)
+
+    # -- one-call API ---------------------------------------------------------------------------
+    def write(self, data: pa.Table | pa.RecordBatch | pd.DataFrame, mode: str = "append",
+              row_kind: Any = None, partition: Mapping[str, Any] | None = None,
+              commit_user: str | None = None, identifier: int | None = None) -> CommitResult:
+        """Write and commit in one call. mode: 'append' (upsert for PK tables), 'overwrite'
+        (whole table, or the static `partition`), 'overwrite-dynamic' (partitions written)."""
+        if mode not in ("append", "overwrite", "overwrite-dynamic"):
+            raise ValueError(f"unknown write mode {mode!r}: use append, overwrite or overwrite-dynamic")
+        with self.new_write() as writer:
+            writer.write_arrow(data, row_kind=row_kind)
+            messages = writer.prepare_commit()
+        commit = self.new_commit(commit_user)
+        ident = identifier if identifier is not None else 2**63 - 1
+        if mode == "append":
+            return commit.commit(messages, ident)
+        return commit.overwrite(messages, partition, ident, dynamic=mode == "overwrite-dynamic")
+
+    def delete(self, keys: pa.Table | pd.DataFrame) -> CommitResult:
+        """Delete rows by primary key (the data must carry every column)."""
+        return self.write(keys, row_kind="-D")
+
+    def scan(self, filter: Predicate | None = None, snapshot_id: int | None = None,
+             timestamp_millis: int | None = None, tag: str | None = None) -> list[DataSplit]:
+        return self.new_scan(filter, snapshot_id, timestamp_millis, tag).plan().splits
+
+    def to_arrow(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
+                 snapshot_id: int | None = None, timestamp_millis: int | None = None,
+                 tag: str | None = None) -> pa.Table:
+        splits = self.scan(filter, snapshot_id, timestamp_millis, tag)
+        return self.new_read(columns, filter).to_arrow(splits)
+
+    read = to_arrow
+
+    def to_batches(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
+                   snapshot_id: int | None = None) -> Iterator[pa.RecordBatch]:
+        splits = self.scan(filter, snapshot_id)
+        return self.new_read(columns, filter).to_batches(splits)
+
+    def to_pandas(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
+                  snapshot_id: int | None = None) -> pd.DataFrame:
+        return self.to_arrow(columns, filter, snapshot_id).to_pandas()
+
+    def read_incremental(self, start_exclusive: int, end_inclusive: int,
+                         columns: Sequence[str] | None = None) -> pa.Table:
+        """Records added by snapshots (start, end], with a `_ROW_KIND` column (+I/-U/+U/-D)."""
+        scan = self.new_scan()
+        splits = [s for sid in range(start_exclusive + 1, end_inclusive + 1)
+                  if self.snapshot_manager.snapshot(sid).commit_kind != "COMPACT"
+                  for s in scan.plan_delta(sid)]
+        read = self.new_read(columns)
+        if not splits:
+            return read._schema(True).empty_table()
+        return read.to_arrow(splits)
+
+    # -- metadata -----------------------------------------------------------------------------------
+    def latest_snapshot(self) -> Snapshot | None:
+        return self.snapshot_manager.latest()
+
+    def snapshots(self) -> list[Snapshot]:
+        return list(self.snapshot_manager.snapshots())

@@ -1,0 +1,176 @@
+"""TableWrite: routes rows to (partition, bucket) writers and bounds their buffered memory."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from strata.errors import WriterClosedError
+from strata.format import binary_row
+from strata.format.bucket import bucket_ids
+from strata.io.data_file_writer import DataFileWriter, WriterConfig
+from strata.mergetree.merge_function import merge_function_for
+from strata.mergetree.writer import AppendBucketWriter, BucketWriter, KeyValueBucketWriter
+from strata.options import CoreOptions
+from strata.table.commit_message import CommitMessage
+from strata.table.conform import conform, row_kinds, to_arrow_table
+from strata.table.paths import PathFactory, partition_path
+
+if TYPE_CHECKING:
+    from strata.table.table import Table
+
+
+class TableWrite:
+    """Accepts Arrow/pandas data for one table; `prepare_commit` returns the commit messages."""
+
+    def __init__(self, table: Table):
+        self.table = table
+        self.schema = table.schema
+        self.core = CoreOptions(self.schema.options)
+        self.num_buckets = self.core.bucket
+        self.paths = PathFactory(table.path)
+        self.where = f"table {table.identifier}"
+        self.buffer_limit = int(self.core.get("write-buffer-size"))
+        self.writers: dict[tuple[bytes, int], BucketWriter] = {}
+        self.partition_dirs: dict[bytes, str] = {}
+        self._restored: dict[bytes, dict[int, int]] | None = None
+        self.merge_function = merge_function_for(self.schema.options) if self.schema.primary_keys else None
+        level = self.core.get("file.compression.zstd-level")
+        compression = str(self.core.get("file.compression"))
+        self.config = WriterConfig(
+            self.schema, self.core.target_file_size(bool(self.schema.primary_keys)),
+            "none" if compression == "uncompressed" else compression,
+            int(level) if compression == "zstd" else None, self.core.stats_truncate_length())
+        self.closed = False
+
+    # -- writing -----------------------------------------------------------------------
+    def write_arrow(self, data: pa.Table | pa.RecordBatch | pd.DataFrame,
+                    row_kind: pa.Array | np.ndarray | list[str] | str | None = None) -> None:
+        """Write rows; `row_kind` gives per-row (or one) kind: '+I', '-U', '+U', '-D' or 0..3."""
+        if self.closed:
+            raise WriterClosedError(f"writer of {self.where} is closed")
+        table = to_arrow_table(data)
+        kinds = row_kinds(table, row_kind, self.core.get_str("rowkind.field"), self.where)
+        if kinds is not None and not self.schema.primary_keys and (kinds != 0).any():
+            raise ValueError(f"append {self.where} accepts only inserts (+I)")
+        table = conform(table, self.schema, self.where)
+        if table.num_rows == 0:
+            return
+        for (partition, bucket), index in self._route(table):
+            rows = table if index is None else table.take(index)
+            part_kinds = kinds if index is None or kinds is None else kinds[index]
+            self._writer(partition, bucket).write(rows, part_kinds)
+        self._bound_memory()
+
+    def write_pandas(self, df: pd.DataFrame) -> None:
+        self.write_arrow(df)
+
+    def delete(self, data: pa.Table | pd.DataFrame) -> None:
+        """Delete the keys of the given rows (primary-key tables)."""
+        self.write_arrow(data, row_kind="-D")
+
+    def _route(self, table: pa.Table) -> list[tuple[tuple[bytes, int], np.ndarray | None]]:
+        """Split row indices by (partition, bucket), vectorized."""
+        part_codes, partitions = self._partition_codes(table)
+        if self.num_buckets > 0:
+            keys = [table.column(k).combine_chunks() for k in self.schema.bucket_keys()]
+            buckets = bucket_ids(keys, self.num_buckets).astype(np.int64)
+        else:
+            buckets = np.zeros(table.num_rows, dtype=np.int64)
+        width = max(self.num_buckets, 1)
+        groups = part_codes * width + buckets
+        first = groups[0]
+        if (groups == first).all():
+            return [((partitions[int(first) // width], int(first) % width), None)]
+        order = np.argsort(groups, kind="stable")
+        sorted_groups = groups[order]
+        cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
+        out = []
+        for chunk in np.split(order, cuts):
+            g = int(groups[chunk[0]])
+            out.append(((partitions[g // width], g % width), chunk))
+        return out
+
+    def _partition_codes(self, table: pa.Table) -> tuple[np.ndarray, list[bytes]]:
+        fields = self.schema.partition_fields()
+        if not fields:
+            return np.zeros(table.num_rows, dtype=np.int64), [binary_row.EMPTY_ROW]
+        codes = np.zeros(table.num_rows, dtype=np.int64)
+        dictionaries = []
+        for f in fields:
+            encoded = pc.dictionary_encode(table.column(f.name).combine_chunks(), null_encoding="encode")
+            indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            dictionaries.append(encoded.dictionary)
+            codes = codes * len(encoded.dictionary) + indices
+        unique_codes, inverse = np.unique(codes, return_inverse=True)
+        types = [f.type.to_arrow() for f in fields]
+        partitions = []
+        for code in unique_codes:
+            values = []
+            for dictionary in reversed(dictionaries):
+                code, idx = divmod(int(code), len(dictionary))
+                values.append(dictionary[idx].as_py())
+            values.reverse()
+            key = binary_row.serialize(values, types)
+            self.partition_dirs.setdefault(key, partition_path(
+                fields, values, str(self.core.get("partition.default-name"))))
+            partitions.append(key)
+        return inverse.astype(np.int64), partitions
+
+    def _writer(self, partition: bytes, bucket: int) -> BucketWriter:
+        writer = self.writers.get((partition, bucket))
+        if writer is None:
+            bucket_dir = self.paths.bucket_dir(self.partition_dirs.get(partition, ""), bucket)
+            file_writer = DataFileWriter(self.table.file_io, self.paths, bucket_dir, self.config)
+            next_seq = self._restored_sequence(partition, bucket)
+            total = self.num_buckets if self.num_buckets > 0 else -1
+            if self.merge_function is not None:
+                writer = KeyValueBucketWriter(self.schema, partition, bucket, total, file_writer,
+                                              next_seq, self.merge_function)
+            else:
+                writer = AppendBucketWriter(self.schema, partition, bucket, total, file_writer, next_seq)
+            self.writers[(partition, bucket)] = writer
+        return writer
+
+    def _restored_sequence(self, partition: bytes, bucket: int) -> int:
+        """Next sequence number of a bucket: max over its live files + 1 (sequence init SCAN)."""
+        if self._restored is None:
+            self._restored = {}
+            for entry in self.table.new_scan().plan_entries():
+                per_bucket = self._restored.setdefault(entry.partition, {})
+                seq = entry.file.max_sequence_number
+                per_bucket[entry.bucket] = max(per_bucket.get(entry.bucket, -1), seq)
+        return self._restored.get(partition, {}).get(bucket, -1) + 1
+
+    def _bound_memory(self) -> None:
+        """Flush the largest buffers until the writer is back under half its budget."""
+        total = sum(w.buffered_bytes for w in self.writers.values())
+        if total <= self.buffer_limit:
+            return
+        for writer in sorted(self.writers.values(), key=lambda w: w.buffered_bytes, reverse=True):
+            total -= writer.buffered_bytes
+            writer.flush()
+            if total <= self.buffer_limit // 2:
+                break
+
+    # -- committing ----------------------------------------------------------------------
+    def prepare_commit(self) -> list[CommitMessage]:
+        if self.closed:
+            raise WriterClosedError(f"writer of {self.where} is closed")
+        messages = [w.prepare_commit() for w in self.writers.values()]
+        return [m for m in messages if not m.is_empty()]
+
+    def close(self) -> None:
+        """Discard unflushed rows; files of uncommitted messages are left to orphan cleanup."""
+        self.writers.clear()
+        self.closed = True
+
+    def __enter__(self) -> TableWrite:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
