@@ -7,6 +7,7 @@ nothing is there, atomically, never overwriting. Snapshot commits rely on it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from abc import ABC, abstractmethod
@@ -120,10 +121,8 @@ class LocalFileIO(FileIO):
         return os.path.exists(strip_scheme(path))
 
     def delete(self, path: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(strip_scheme(path))
-        except FileNotFoundError:
-            pass
 
     def delete_dir(self, path: str) -> None:
         import shutil

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from strata.format import binary_row
 from strata.fs import FileIO
 from strata.io.stats import column_stats
-from strata.manifest.data_file_meta import DataFileMeta
+from strata.manifest.data_file_meta import DataFileMeta, FileSource
 from strata.manifest.simple_stats import SimpleStats
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 from strata.table.paths import PathFactory
@@ -104,6 +104,6 @@ class DataFileWriter:
             key_stats=key_stats, value_stats=value_stats, min_sequence_number=min_seq,
             max_sequence_number=max_seq, schema_id=schema.id, level=level, extra_files=[],
             creation_time=int(time.time() * 1000), delete_row_count=deletes, embedded_index=None,
-            file_source=file_source, value_stats_cols=None, external_path=None, first_row_id=None,
+            file_source=FileSource(file_source), value_stats_cols=None, external_path=None, first_row_id=None,
             write_cols=None,
         )

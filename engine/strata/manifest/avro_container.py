@@ -47,7 +47,10 @@ def codec_name(compression: str) -> str:
 # -- codecs ---------------------------------------------------------------------------------
 
 def _zstd_compress(data: bytes, level: int | None) -> bytes:
-    return zstandard.ZstdCompressor(level=1 if level is None else level).compress(data)
+    # Level 1 is Paimon's file.compression.zstd-level default; the frame checksum lets readers
+    # catch flipped bits, which Avro itself never would.
+    compressor = zstandard.ZstdCompressor(level=1 if level is None else level, write_checksum=True)
+    return compressor.compress(data)
 
 
 def _zstd_decompress(data: bytes) -> bytes:

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from strata.errors import CommitConflictError, CommitFailedError
+from strata.errors import CommitFailedError
 from strata.fs import FileIO
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
 from strata.operation.conflicts import check_conflicts
@@ -157,7 +157,7 @@ class FileStoreCommit:
             # ambiguous failure: the snapshot may have landed; identical content counts as success
             try:
                 landed = self.snapshots.snapshot(snapshot.id)
-            except Exception:  # noqa: BLE001 - absent or unreadable: not ours
+            except Exception:
                 return False
             if landed.same_commit(snapshot):
                 self.snapshots.commit_hints(snapshot.id)

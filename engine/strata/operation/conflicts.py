@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from itertools import pairwise
 
 from strata.errors import CommitConflictError
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
@@ -49,7 +50,7 @@ def _check_lsm_overlap(entries: Iterable[ManifestEntry], key_order: KeyOrder, wh
         if len(files) < 2:
             continue
         keyed = sorted(files, key=lambda e: key_order(e.file.min_key))
-        for prev, cur in zip(keyed, keyed[1:], strict=False):
+        for prev, cur in pairwise(keyed):
             if key_order(cur.file.min_key) <= key_order(prev.file.max_key):
                 raise CommitConflictError(
                     f"LSM conflicts detected in {where} (bucket {bucket}, level {level}): files "

@@ -89,7 +89,9 @@ class ManifestStore:
         distinct = {e.partition for e in entries}
         rows = [binary_row.deserialize(p, self.partition_types) for p in distinct]
         columns = list(zip(*rows, strict=True))
-        mins, maxs, nulls = [], [], []
+        mins: list[object] = []
+        maxs: list[object] = []
+        nulls: list[int | None] = []
         for values in columns:
             present = [v for v in values if v is not None]
             mins.append(min(present) if present else None)

@@ -40,8 +40,8 @@ class DataSplit:
 
     def raw_convertible(self) -> bool:
         """True when no merging is needed: one file, or no two files whose keys can overlap."""
-        return len(self.files) <= 1 or all(f.level > 0 for f in self.files) and \
-            len({f.level for f in self.files}) == 1
+        return len(self.files) <= 1 or (all(f.level > 0 for f in self.files) and \
+            len({f.level for f in self.files}) == 1)
 
 
 @dataclass
@@ -206,7 +206,7 @@ class TableScan:
         return self.file_filter.may_match(self._decode_stats(stats, names, types, f.row_count))
 
     @staticmethod
-    def _decode_stats(stats: SimpleStats, names: list[str], types: list, row_count: int | None):  # noqa: ANN205
+    def _decode_stats(stats: SimpleStats, names: list[str], types: list, row_count: int | None):
         if not stats.null_counts and len(stats.min_values) <= 12:
             return lambda name: None
         mins = binary_row.deserialize(stats.min_values, types)

@@ -61,8 +61,8 @@ class Leaf(Predicate):
         ops: dict[str, Callable[[], pc.Expression]] = {
             "eq": lambda: f == lit, "ne": lambda: f != lit, "lt": lambda: f < lit,
             "le": lambda: f <= lit, "gt": lambda: f > lit, "ge": lambda: f >= lit,
-            "in": lambda: f.isin(list(self.literals)), "is_null": lambda: f.is_null(),
-            "is_not_null": lambda: f.is_valid(),
+            "in": lambda: f.isin(list(self.literals)), "is_null": f.is_null,
+            "is_not_null": f.is_valid,
             "starts_with": lambda: pc.starts_with(f, pattern=lit),
         }
         return ops[self.op]()
@@ -104,7 +104,8 @@ class Leaf(Predicate):
         if self.op == "in":
             return any(lo <= v <= hi for v in self.literals if v is not None)
         if self.op == "starts_with":
-            return bool(hi >= lit and (lo[: len(lit)] <= lit))
+            prefix = str(lit)
+            return bool(hi >= prefix and lo[: len(prefix)] <= prefix)
         return True
 
 

@@ -55,7 +55,7 @@ class TableRead:
         schema = self._schema(with_kinds)
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
-    def to_pandas(self, splits: Sequence[DataSplit]):  # noqa: ANN201 - pandas is optional for mypy
+    def to_pandas(self, splits: Sequence[DataSplit]):
         return self.to_arrow(splits).to_pandas()
 
     def to_record_batch_reader(self, splits: Sequence[DataSplit]) -> pa.RecordBatchReader:
@@ -83,12 +83,13 @@ class TableRead:
 
     def _merged(self, split: DataSplit) -> Iterator[pa.Table]:
         wanted = [*self.key_names, SEQUENCE_NUMBER, VALUE_KIND, *self.value_columns]
+        assert self.key_order is not None
         runs = [self._run(split, files, wanted) for files in _sorted_runs(split.files, self.key_order)]
         if split.row_kinds:  # a delta: every record as written, no merging
             for run in runs:
                 yield from run
             return
-        assert self.merge_function is not None and self.key_order is not None
+        assert self.merge_function is not None
         yield from merge_runs(runs, self.key_names, self.merge_function)
 
     def _run(self, split: DataSplit, files: list[DataFileMeta], wanted: list[str]) -> Iterator[pa.Table]:

@@ -89,7 +89,7 @@ class TableWrite:
         order = np.argsort(groups, kind="stable")
         sorted_groups = groups[order]
         cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
-        out = []
+        out: list[tuple[tuple[bytes, int], np.ndarray | None]] = []
         for chunk in np.split(order, cuts):
             g = int(groups[chunk[0]])
             out.append(((partitions[g // width], g % width), chunk))

@@ -17,6 +17,7 @@ Layout:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import http.client
 import json
@@ -29,6 +30,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from strata_platform.services.base import (
@@ -205,7 +207,7 @@ def _mounts_under(path: Path) -> list[str]:
 
 def _unmount_all_under(path: Path) -> None:
     for point in _mounts_under(path):
-        subprocess.run(["umount", "-l", point], capture_output=True)
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
 def _remove_tree(path: Path) -> None:
@@ -254,6 +256,18 @@ def build_rootfs_tarball(dest: Path) -> Path:
     return dest
 
 
+@contextlib.contextmanager
+def _cache_lock(name: str) -> Iterator[None]:
+    """An exclusive lock file under the docker cache (concurrent builders wait, not collide)."""
+    DOCKER_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(DOCKER_CACHE / f"{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def image_exists(image: str = BASE_IMAGE) -> bool:
     status, _ = api_get(f"/images/{image}/json")
     return status == 200
@@ -263,11 +277,33 @@ def ensure_base_image() -> str:
     """Make sure ``strata/base:bookworm`` exists in our engine (building it if needed)."""
     if image_exists(BASE_IMAGE):
         return BASE_IMAGE
-    tarball = build_rootfs_tarball(rootfs_tarball())
-    docker("import", "--change", 'CMD ["/bin/bash"]', "--change", "ENV LANG=C.UTF-8",
-           "--message", f"debootstrap --variant=minbase {SUITE}", str(tarball), BASE_IMAGE,
-           timeout=1800)
+    with _cache_lock("base-image"):
+        if image_exists(BASE_IMAGE):
+            return BASE_IMAGE
+        tarball = build_rootfs_tarball(rootfs_tarball())
+        docker("import", "--change", 'CMD ["/bin/bash"]', "--change", "ENV LANG=C.UTF-8",
+               "--message", f"debootstrap --variant=minbase {SUITE}", str(tarball), BASE_IMAGE,
+               timeout=1800)
     return BASE_IMAGE
+
+
+def build_image(context: Path, tag: str, dockerfile: Path | None = None,
+                build_args: dict[str, str] | None = None) -> str:
+    """``docker build`` on the host network, with ``BASE_IMAGE`` passed as a build argument.
+
+    Dockerfiles start ``ARG BASE_IMAGE`` / ``FROM ${BASE_IMAGE}`` (no registry here, so the base is
+    our local image). Uses the classic builder, which honours ``--network host`` without
+    BuildKit entitlements.
+    """
+    ensure_base_image()
+    args = ["build", "--network", "host", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-t", tag]
+    for key, value in (build_args or {}).items():
+        args += ["--build-arg", f"{key}={value}"]
+    if dockerfile is not None:
+        args += ["-f", str(dockerfile)]
+    run([docker_cli(), *args, str(context)], env={**docker_env(), "DOCKER_BUILDKIT": "0"},
+        timeout=3600)
+    return tag
 
 
 # -- the engine --------------------------------------------------------------------------------
@@ -281,10 +317,10 @@ def overlay_mount_works(scratch_parent: Path) -> bool:
             (scratch / sub).mkdir()
         opts = f"lowerdir={scratch}/lower,upperdir={scratch}/upper,workdir={scratch}/work"
         probe = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts,
-                                str(scratch / "merged")], capture_output=True)
+                                str(scratch / "merged")], capture_output=True, check=False)
         if probe.returncode != 0:
             return False
-        subprocess.run(["umount", str(scratch / "merged")], capture_output=True)
+        subprocess.run(["umount", str(scratch / "merged")], capture_output=True, check=False)
         return True
     finally:
         _remove_tree(scratch)
@@ -309,6 +345,26 @@ def our_processes() -> list[int]:
             continue
         if os.path.basename(argv[0].decode(errors="replace")) in ENGINE_PROGRAMS and any(
                 marker in arg for arg in argv[1:]):
+            pids.append(int(entry.name))
+    return pids
+
+
+def _engines_on_data_root() -> list[int]:
+    """dockerd processes, not ours, whose --data-root is our data-root."""
+    ours = str(EXEC_ROOT).encode()
+    data_root = str(DATA_ROOT).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (os.path.basename(argv[0].decode(errors="replace")) == "dockerd"
+                and not any(ours in arg for arg in argv)
+                and any(arg.rstrip(b"/") == data_root or arg == b"--data-root=" + data_root
+                        for arg in argv)):
             pids.append(int(entry.name))
     return pids
 
@@ -394,6 +450,10 @@ class DockerService(Service):
         EXEC_ROOT.mkdir(parents=True)
         DATA_ROOT.mkdir(parents=True, exist_ok=True)
         self.driver_file.write_text(self.storage_driver())
+        others = _engines_on_data_root()
+        if others:
+            raise ServiceError(f"another dockerd (pid {others[0]}) already uses {DATA_ROOT}; two "
+                               "engines on one data-root corrupt it (set STRATA_CACHE apart)")
         if Path("/run/containerd/containerd.sock").exists():
             # dockerd would use a system containerd instead of supervising its own.
             raise ServiceError("a system containerd listens on /run/containerd/containerd.sock; "

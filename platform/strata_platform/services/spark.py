@@ -55,7 +55,8 @@ def java_binary() -> str:
 
 def java_version() -> str:
     """The JVM's version string, e.g. '17.0.15'."""
-    proc = subprocess.run([java_binary(), "-version"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([java_binary(), "-version"], capture_output=True, text=True,
+                          timeout=60, check=False)
     match = re.search(r'version "([^"]+)"', proc.stderr + proc.stdout)
     if proc.returncode != 0 or match is None:
         raise ServiceError(f"`java -version` failed: {proc.stderr.strip()[-500:]}")
@@ -63,8 +64,8 @@ def java_version() -> str:
 
 
 def _java_major(version: str) -> int:
-    head = version.split(".")[0]
-    return int(version.split(".")[1]) if head == "1" else int(re.sub(r"\D.*", "", head) or 0)
+    parts = version.split(".")
+    return int(parts[1]) if parts[0] == "1" else int(re.sub(r"\D.*", "", parts[0]) or 0)
 
 
 def python_env() -> dict[str, str]:
@@ -110,7 +111,7 @@ def _double_arrow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 
 def run_smoke_job(spark: SparkSession) -> dict[str, Any]:
     """A small job that crosses the JVM and the Python worker path; returns what it computed."""
-    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql import functions as F
     from pyspark.sql.types import LongType
 
     df = spark.range(1000)
