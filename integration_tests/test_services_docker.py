@@ -7,6 +7,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +72,25 @@ def test_base_image_is_local(docker: Service) -> None:
                         "echo $VERSION_CODENAME").stdout.split()
     assert out[-1] == "bookworm"
     assert set(out[:-1]) == set(engine.image_apt_sources()) - {"sources.list"}
+
+
+def test_build_from_base_image_on_host_network(docker: Service, tmp_path: Path) -> None:
+    """A Dockerfile in the project's shape: ARG BASE_IMAGE, apt from the image's own sources."""
+    (tmp_path / "Dockerfile").write_text(
+        "ARG BASE_IMAGE\n"
+        "FROM ${BASE_IMAGE}\n"
+        "RUN apt-get update -qq && apt-cache policy ca-certificates | grep -q 'Candidate: [0-9]' "
+        "&& rm -rf /var/lib/apt/lists/*\n"
+        "ARG GREETING\n"
+        "RUN echo \"$GREETING\" > /greeting\n"
+        'CMD ["cat", "/greeting"]\n')
+    tag = f"strata/test-build:{uuid.uuid4().hex[:8]}"
+    try:
+        engine.build_image(tmp_path, tag, build_args={"GREETING": "built-on-host-network"})
+        out = engine.docker("run", "--rm", "--network", "host", tag).stdout.strip()
+        assert out == "built-on-host-network"
+    finally:
+        engine.docker("rmi", "-f", tag)
 
 
 def test_host_network_container_reaches_loopback_server(docker: Service,

@@ -440,16 +440,6 @@ class DockerService(Service):
         return "vfs"
 
     def prepare(self) -> None:
-        # Left-overs of a previous engine of ours that died without cleaning up.
-        self._kill_leftovers()
-        _unmount_all_under(self.state_dir)
-        for stale in (SOCKET, self.state_dir / "dockerd.pid"):
-            stale.unlink(missing_ok=True)
-        if EXEC_ROOT.exists():
-            _remove_tree(EXEC_ROOT)
-        EXEC_ROOT.mkdir(parents=True)
-        DATA_ROOT.mkdir(parents=True, exist_ok=True)
-        self.driver_file.write_text(self.storage_driver())
         others = _engines_on_data_root()
         if others:
             raise ServiceError(f"another dockerd (pid {others[0]}) already uses {DATA_ROOT}; two "
@@ -458,6 +448,15 @@ class DockerService(Service):
             # dockerd would use a system containerd instead of supervising its own.
             raise ServiceError("a system containerd listens on /run/containerd/containerd.sock; "
                                "our engine needs its own (stop that one or pass --containerd)")
+        # Left-overs of a previous engine of ours that died without cleaning up.
+        self._kill_leftovers()
+        for stale in (SOCKET, self.state_dir / "dockerd.pid"):
+            stale.unlink(missing_ok=True)
+        if EXEC_ROOT.exists():
+            _remove_tree(EXEC_ROOT)
+        EXEC_ROOT.mkdir(parents=True)
+        DATA_ROOT.mkdir(parents=True, exist_ok=True)
+        self.driver_file.write_text(self.storage_driver())
 
     def command(self) -> list[str]:
         return [
@@ -534,15 +533,18 @@ class DockerService(Service):
                 os.killpg(pid, 0)
                 terminate_group(pid, timeout=10)
         self._kill_leftovers()
-        _unmount_all_under(self.state_dir)
         self.pid_file.unlink(missing_ok=True)
 
     def _kill_leftovers(self) -> None:
+        """End our engine's processes still alive (by PID), then release their mounts."""
         leftovers = our_processes()
         for sig in (signal.SIGTERM, signal.SIGKILL):
             if not leftovers:
-                return
+                break
             for pid in leftovers:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
             leftovers = _wait_gone(leftovers, 15)
+        if not _engines_on_data_root():
+            _unmount_all_under(DATA_ROOT)
+        _unmount_all_under(self.state_dir)
