@@ -12,7 +12,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast test-integration bench lint format services-up services-down services-check clean
+.PHONY: help venv demo test test-fast test-integration bench lint format services-install services-up services-down services-check clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -28,7 +28,7 @@ venv: $(STAMP) ## Create the virtualenv and install Strata with every extra
 demo: $(STAMP) ## Run the main job on embedded defaults (local warehouse)
 	$(PY) -m strata_platform.demo
 
-test: $(STAMP) lint ## Everything: lint, unit tests, then integration tests against real services
+test: $(STAMP) lint services-install ## Everything: lint, unit tests, integration tests against real services
 	$(PY) -m pytest engine/tests integration_tests -p no:cacheprovider
 
 test-fast: $(STAMP) ## Unit tests only (no services)
@@ -46,6 +46,9 @@ lint: $(STAMP) ## ruff and mypy
 
 format: $(STAMP) ## Apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix engine platform integration_tests
+
+services-install: $(STAMP) ## Download/build every service once (cached under ~/.cache/strata)
+	$(SERVICES_CLI) install
 
 services-up: $(STAMP) ## Start every local service (127.0.0.1, non-default ports)
 	$(SERVICES_CLI) up

@@ -389,9 +389,16 @@ def _as_rows(h: np.ndarray | int, num_rows: int) -> np.ndarray:
     return np.full(num_rows, h, _U32) if isinstance(h, int) else h
 
 
-def bucket_ids(columns: Sequence[pa.Array | pa.ChunkedArray], num_buckets: int) -> np.ndarray:
-    """DefaultBucketFunction: Math.abs(hash % numBuckets) per row, as int32."""
+def buckets_from_hashes(hashes: np.ndarray, num_buckets: int) -> np.ndarray:
+    """Math.abs(hash % numBuckets) for int32 hashes, as int32."""
     if num_buckets <= 0:
         raise ValueError(f"num_buckets must be positive, got {num_buckets}")
-    # np.fmod truncates toward zero like Java's %, and its result is far from Integer.MIN_VALUE.
-    return np.abs(np.fmod(hash_rows(columns).astype(np.int64), num_buckets)).astype(np.int32)
+    # np.fmod truncates toward zero like Java's %, so the remainder is never Integer.MIN_VALUE.
+    return np.abs(np.fmod(hashes.astype(np.int64), num_buckets)).astype(np.int32)
+
+
+def bucket_ids(columns: Sequence[pa.Array | pa.ChunkedArray], num_buckets: int) -> np.ndarray:
+    """DefaultBucketFunction's bucket (int32) of each row made of the bucket-key `columns`."""
+    if num_buckets <= 0:
+        raise ValueError(f"num_buckets must be positive, got {num_buckets}")
+    return buckets_from_hashes(hash_rows(columns), num_buckets)

@@ -96,7 +96,7 @@ def test_many_entries_span_several_blocks() -> None:
 
 
 def test_empty_stats_are_paimons() -> None:
-    assert SimpleStats.EMPTY == SimpleStats(bytes(12), bytes(12), [])
+    assert SimpleStats(bytes(12), bytes(12), []) == SimpleStats.EMPTY
     assert SimpleStats.EMPTY.is_empty() and not SimpleStats(long_row(1), long_row(1), []).is_empty()
 
 
@@ -168,7 +168,7 @@ def test_wrong_version_is_refused() -> None:
 def test_expected_count_catches_missing_entries() -> None:
     data = encode_manifest(_entries())
     assert len(decode_manifest(data, expected_count=3)) == 3
-    with pytest.raises(ManifestCorruptedError, match="manifest-y: holds 3 entries.* says 4"):
+    with pytest.raises(ManifestCorruptedError, match=r"manifest-y: holds 3 entries.* says 4"):
         decode_manifest(data, expected_count=4, source="manifest-y")
 
 

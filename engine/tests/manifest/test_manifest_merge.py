@@ -31,7 +31,7 @@ def test_re_add_after_delete_moves_to_the_end() -> None:
 
 
 def test_adding_a_present_file_is_an_error() -> None:
-    with pytest.raises(ManifestMergeError, match="Trying to add file 'a'.*already present as ADD"):
+    with pytest.raises(ManifestMergeError, match=r"Trying to add file 'a'.*already present as ADD"):
         merge_entries([entry(ADD, "a"), entry(ADD, "a")])
     # Java refuses an ADD over a kept DELETE too: one add and one delete per file.
     with pytest.raises(ManifestMergeError, match="already present as DELETE"):
@@ -70,7 +70,7 @@ def test_live_files_returns_surviving_adds_in_order() -> None:
 
 
 def test_live_files_refuses_delete_of_a_file_never_added() -> None:
-    with pytest.raises(ManifestMergeError, match="delete file 'ghost'.*not previously added"):
+    with pytest.raises(ManifestMergeError, match=r"delete file 'ghost'.*not previously added"):
         live_files([entry(ADD, "a"), entry(DELETE, "ghost", bucket=1)])
 
 

@@ -256,3 +256,45 @@ def download(url: str, dest: Path) -> Path:
             out.write(chunk)
     tmp.rename(dest)
     return dest
+
+
+def listening_sockets(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket in LISTEN state held by the process group led by pid.
+
+    Read from /proc (no `ss` needed); IPv4-mapped IPv6 addresses are reported as IPv4. Lets a
+    test assert that a server we started listens on the loopback interface only.
+    """
+    import ipaddress
+
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pid:  # fields after the command: state, ppid, pgrp, ...
+            members.append(stat.parent)
+    inodes: set[str] = set()
+    for proc in members:
+        try:
+            links = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+        except OSError:
+            continue
+        inodes |= {link[8:-1] for link in links if link.startswith("socket:[")}
+    found: set[tuple[str, int]] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if cols[3] != "0A" or cols[9] not in inodes:  # 0A = LISTEN
+                continue
+            raw, port = cols[1].split(":")
+            packed = b"".join(bytes.fromhex(raw[i:i + 8])[::-1] for i in range(0, len(raw), 8))
+            addr: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(packed)
+            if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+                addr = addr.ipv4_mapped
+            found.add((str(addr), int(port, 16)))
+    return found

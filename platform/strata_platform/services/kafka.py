@@ -11,6 +11,7 @@ for the resolution and removed afterwards). It runs on the machine's Java 17
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import shutil
@@ -266,10 +267,8 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_QUIET})
     for future in admin.delete_topics(names, operation_timeout=30).values():
-        try:
+        with contextlib.suppress(Exception):  # best-effort clean-up
             future.result(30)
-        except Exception:  # noqa: BLE001 - best-effort clean-up
-            pass
 
 
 def produce(bootstrap: str, topic: str, values: list[str]) -> None:
@@ -334,14 +333,14 @@ def consume(bootstrap: str, topic: str, expected: int | None = None,
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
+                    at_end.add(msg.partition() or 0)
                     assignment = consumer.assignment()
                     if expected is None and assignment and at_end >= {p.partition for p in assignment}:
                         break
                     continue
                 raise ServiceError(f"consume {topic}: {err}")
-            at_end.discard(msg.partition())
-            values.append(msg.value().decode())
+            at_end.discard(msg.partition() or 0)
+            values.append((msg.value() or b"").decode())
             if expected is not None and len(values) >= expected:
                 break
     finally:

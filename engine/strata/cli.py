@@ -1,0 +1,653 @@
+"""The ``strata`` command line: create, inspect, read and write tables of a warehouse.
+
+    strata --warehouse /tmp/wh create-database db
+    strata --warehouse /tmp/wh create-table db.orders \\
+        --schema 'id BIGINT NOT NULL, name STRING, dt STRING, price DECIMAL(10,2)' \\
+        --primary-key id,dt --partition dt --option bucket=4
+    strata --warehouse /tmp/wh write db.orders --input orders.parquet
+    strata --warehouse /tmp/wh read db.orders --where "id >= 5 AND dt = '2024-01-01'" --format csv
+    strata --warehouse /tmp/wh describe db.orders
+
+The warehouse defaults to ``$STRATA_WAREHOUSE``, else ``./warehouse``. Errors print one line,
+``strata: error: ...``, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import io
+import json
+import os
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from decimal import Decimal
+from typing import Any, TextIO
+
+import pyarrow as pa
+
+from strata.catalog import Catalog, load_catalog
+from strata.errors import StrataError
+from strata.scan.predicate import Predicate, col
+from strata.schema.table_schema import TableSchema
+from strata.schema.types import DataField, DataType
+from strata.table.table import Table
+
+EXIT_ERROR = 2
+
+
+class CliError(ValueError):
+    """A usage problem found after argument parsing (bad schema spec, bad --where...)."""
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (0 ok, 2 error)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+    try:
+        catalog = load_catalog(_warehouse(args.warehouse))
+        status = args.func(catalog, args)
+        return int(status or 0)
+    except (StrataError, FileNotFoundError, ValueError, pa.ArrowException) as exc:
+        print(f"strata: error: {_message(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:  # e.g. `strata read ... | head`
+        return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="strata", description="Create, inspect, read and write Strata (Apache Paimon) tables.")
+    parser.add_argument("--warehouse", default=None,
+                        help="warehouse path or URI (default: $STRATA_WAREHOUSE, else ./warehouse)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("create-database", help="create a database")
+    p.add_argument("name")
+    p.add_argument("--if-not-exists", action="store_true", help="no error if it exists")
+    p.set_defaults(func=cmd_create_database)
+
+    p = sub.add_parser("list-databases", help="list the databases")
+    p.set_defaults(func=cmd_list_databases)
+
+    p = sub.add_parser("create-table", help="create a table")
+    p.add_argument("table", help="database.table")
+    p.add_argument("--schema", required=True,
+                   help="columns, e.g. 'id BIGINT NOT NULL, name STRING, price DECIMAL(10,2)'")
+    p.add_argument("--primary-key", default="", help="comma-separated primary key columns")
+    p.add_argument("--partition", default="", help="comma-separated partition columns")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="table option (repeatable), e.g. bucket=4")
+    p.add_argument("--comment", default=None)
+    p.add_argument("--if-not-exists", action="store_true", help="no error if it exists")
+    p.set_defaults(func=cmd_create_table)
+
+    p = sub.add_parser("list-tables", help="list the tables of a database (or of every database)")
+    p.add_argument("database", nargs="?")
+    p.set_defaults(func=cmd_list_tables)
+
+    p = sub.add_parser("describe", help="columns, keys, options, latest snapshot and file counts")
+    p.add_argument("table")
+    p.set_defaults(func=cmd_describe)
+
+    p = sub.add_parser("snapshots", help="the snapshots of a table")
+    p.add_argument("table")
+    p.set_defaults(func=cmd_snapshots)
+
+    p = sub.add_parser("files", help="the live data files of a table")
+    p.add_argument("table")
+    p.add_argument("--snapshot", type=int, default=None, help="snapshot id (default: latest)")
+    p.set_defaults(func=cmd_files)
+
+    p = sub.add_parser("read", help="read rows")
+    p.add_argument("table")
+    p.add_argument("--columns", default=None, help="comma-separated columns to output")
+    p.add_argument("--where", default=None,
+                   help="conditions joined by AND: col = 1, col <> 'x', col BETWEEN 1 AND 9, "
+                        "col IN (1, 2), col IS [NOT] NULL, col LIKE 'pre%%'")
+    p.add_argument("--snapshot", type=int, default=None, help="read as of this snapshot id")
+    p.add_argument("--limit", type=int, default=None, help="at most N rows")
+    p.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
+    p.add_argument("--output", default=None, help="file to write (default: stdout)")
+    p.set_defaults(func=cmd_read)
+
+    p = sub.add_parser("write", help="write a Parquet or CSV file into a table")
+    p.add_argument("table")
+    p.add_argument("--input", required=True, help="a .parquet or .csv file")
+    p.add_argument("--mode", choices=["append", "overwrite", "overwrite-dynamic"], default="append")
+    p.set_defaults(func=cmd_write)
+    return parser
+
+
+def _warehouse(value: str | None) -> str:
+    path = value or os.environ.get("STRATA_WAREHOUSE") or "warehouse"
+    return path if "://" in path else os.path.abspath(path)
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError):
+        name = exc.filename or (exc.args[0] if exc.args else "")
+        return f"file not found: {name}"
+    if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str):
+        text = exc.args[0]  # str(KeyError) would add quotes
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())  # one line
+
+
+# -- commands --------------------------------------------------------------------------------------
+
+
+def cmd_create_database(catalog: Catalog, args: argparse.Namespace) -> int:
+    catalog.create_database(args.name, ignore_if_exists=args.if_not_exists)
+    print(f"created database {args.name}")
+    return 0
+
+
+def cmd_list_databases(catalog: Catalog, args: argparse.Namespace) -> int:
+    for name in catalog.list_databases():
+        print(name)
+    return 0
+
+
+def cmd_create_table(catalog: Catalog, args: argparse.Namespace) -> int:
+    options = parse_options(args.option)
+    primary_keys = _names(args.primary_key) or _names(options.pop("primary-key", ""))
+    partition_keys = _names(args.partition) or _names(options.pop("partition", ""))
+    schema = build_table_schema(args.schema, partition_keys, primary_keys, options, args.comment)
+    table = catalog.create_table(args.table, schema, ignore_if_exists=args.if_not_exists)
+    print(f"created table {table.identifier} at {table.path}")
+    return 0
+
+
+def cmd_list_tables(catalog: Catalog, args: argparse.Namespace) -> int:
+    if args.database:
+        for name in catalog.list_tables(args.database):
+            print(name)
+        return 0
+    for db in catalog.list_databases():
+        for name in catalog.list_tables(db):
+            print(f"{db}.{name}")
+    return 0
+
+
+def cmd_describe(catalog: Catalog, args: argparse.Namespace) -> int:
+    table = catalog.get_table(args.table)
+    schema = table.schema
+    out = [f"Table:          {table.identifier}", f"Path:           {table.path}",
+           f"Schema id:      {schema.id}"]
+    if schema.comment:
+        out.append(f"Comment:        {schema.comment}")
+    out.append(f"Primary key:    {', '.join(schema.primary_keys) or '-'}")
+    out.append(f"Partition keys: {', '.join(schema.partition_keys) or '-'}")
+    out.append("")
+    rows = []
+    for f in schema.fields:
+        key = [k for k, keys in (("PK", schema.primary_keys), ("PARTITION", schema.partition_keys))
+               if f.name in keys]
+        rows.append([f.id, f.name, f.type.to_json(), " ".join(key), f.description or ""])
+    out.append(format_table(["id", "column", "type", "key", "comment"], rows))
+    out.append("")
+    out.append("Options:")
+    for key in sorted(schema.options):
+        out.append(f"  {key} = {schema.options[key]}")
+    if not schema.options:
+        out.append("  (none)")
+    out.append("")
+    snapshot = table.latest_snapshot()
+    if snapshot is None:
+        out.append("Latest snapshot: none (the table is empty)")
+    else:
+        plan = table.new_scan(snapshot_id=snapshot.id).plan()
+        files = [f for s in plan.splits for f in s.files]
+        partitions = {s.partition for s in plan.splits}
+        out.append(f"Latest snapshot: {snapshot.id} ({snapshot.commit_kind}, {_time(snapshot.time_millis)}, "
+                   f"{len(table.snapshots())} snapshot(s) retained)")
+        out.append(f"Total records:   {snapshot.total_record_count} (as committed, before merging)")
+        out.append(f"Data files:      {len(files)} in {len(partitions)} partition(s), "
+                   f"{len(plan.splits)} bucket(s) in all; {sum(f.row_count for f in files)} rows, "
+                   f"{_size(sum(f.file_size for f in files))}")
+    print("\n".join(out))
+    return 0
+
+
+def cmd_snapshots(catalog: Catalog, args: argparse.Namespace) -> int:
+    table = catalog.get_table(args.table)
+    rows = [[s.id, s.commit_kind, s.commit_user, s.commit_identifier, _time(s.time_millis),
+             s.total_record_count, s.delta_record_count] for s in table.snapshots()]
+    if not rows:
+        print(f"table {table.identifier} has no snapshots")
+        return 0
+    print(format_table(["id", "kind", "commit_user", "identifier", "time", "total_records",
+                        "delta_records"], rows, numeric={0, 3, 5, 6}))
+    return 0
+
+
+def cmd_files(catalog: Catalog, args: argparse.Namespace) -> int:
+    table = catalog.get_table(args.table)
+    plan = table.new_scan(snapshot_id=args.snapshot).plan()
+    if plan.snapshot is None:
+        print(f"table {table.identifier} has no snapshots")
+        return 0
+    rows = []
+    for split in plan.splits:
+        partition = _partition_text(table, split.partition_values)
+        for f in split.files:
+            rows.append([partition, split.bucket, f.level, f.file_name, f.row_count, f.file_size,
+                         f.min_sequence_number, f.max_sequence_number])
+    print(f"snapshot {plan.snapshot.id}: {len(rows)} file(s)")
+    if rows:
+        print(format_table(["partition", "bucket", "level", "file", "rows", "size", "min_seq", "max_seq"],
+                           rows, numeric={1, 2, 4, 5, 6, 7}))
+    return 0
+
+
+def cmd_read(catalog: Catalog, args: argparse.Namespace) -> int:
+    table = catalog.get_table(args.table)
+    if args.format == "parquet" and not args.output:
+        raise CliError("--format parquet needs --output FILE")
+    if args.limit is not None and args.limit < 0:
+        raise CliError(f"--limit must be >= 0, got {args.limit}")
+    columns = _names(args.columns) or None
+    if columns:
+        for name in columns:
+            table.schema.field(name)  # clear error naming the column
+    where = parse_where(args.where, table.schema) if args.where else None
+    data = read_table(table, columns, where, args.snapshot, args.limit)
+    if args.format == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(data, args.output)
+        print(f"wrote {data.num_rows} rows to {args.output}", file=sys.stderr)
+        return 0
+    if args.output:
+        with open(args.output, "w", encoding="utf-8", newline="") as f:
+            _emit(data, args.format, f)
+        print(f"wrote {data.num_rows} rows to {args.output}", file=sys.stderr)
+    else:
+        _emit(data, args.format, sys.stdout)
+    return 0
+
+
+def cmd_write(catalog: Catalog, args: argparse.Namespace) -> int:
+    table = catalog.get_table(args.table)
+    data = load_input(args.input, table.schema)
+    result = table.write(data, mode=args.mode)
+    ids = ", ".join(str(i) for i in result.snapshot_ids) or "none"
+    print(f"wrote {data.num_rows} rows to {table.identifier} ({args.mode}); snapshot {ids}")
+    return 0
+
+
+# -- schema spec -----------------------------------------------------------------------------------
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split on `sep` outside parentheses and quotes."""
+    parts, depth, quote, current = [], 0, "", []
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    parts.append("".join(current))
+    return [p.strip() for p in parts]
+
+
+def parse_schema_spec(spec: str) -> list[DataField]:
+    """'id BIGINT NOT NULL, name STRING, price DECIMAL(10,2)' -> fields with ids 0..n-1."""
+    fields = []
+    for i, column in enumerate(split_top_level(spec)):
+        if not column:
+            raise CliError(f"empty column in schema {spec!r}")
+        pieces = column.split(None, 1)
+        if len(pieces) != 2:
+            raise CliError(f"column {column!r} needs a name and a type, e.g. 'id BIGINT'")
+        name, type_text = pieces[0].strip("`\""), pieces[1]
+        comment = None
+        m = re.search(r"\s+COMMENT\s+'((?:[^']|'')*)'\s*$", type_text, flags=re.IGNORECASE)
+        if m:
+            comment, type_text = m.group(1).replace("''", "'"), type_text[: m.start()]
+        try:
+            dtype = DataType.parse(type_text)
+        except ValueError as exc:
+            raise CliError(f"column {name!r}: {exc}") from None
+        fields.append(DataField(i, name, dtype, comment))
+    return fields
+
+
+def build_table_schema(spec: str, partition_keys: list[str], primary_keys: list[str],
+                       options: dict[str, str], comment: str | None = None) -> TableSchema:
+    """A schema-0 from a column spec; primary-key columns become NOT NULL."""
+    fields = parse_schema_spec(spec)
+    names = [f.name for f in fields]
+    for key in primary_keys + partition_keys:
+        if key not in names:
+            raise CliError(f"key column {key!r} is not in the schema; columns are {names}")
+    fields = [DataField(f.id, f.name, f.type.not_null(), f.description) if f.name in primary_keys else f
+              for f in fields]
+    return TableSchema(0, fields, partition_keys, primary_keys, options, comment)
+
+
+def parse_options(pairs: Sequence[str]) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"option {pair!r} must be KEY=VALUE")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def _names(text: str | None) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()] if text else []
+
+
+# -- --where -----------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"""\s*(?:(?P<str>'(?:[^']|'')*')|(?P<op><=|>=|<>|!=|==|=|<|>)|(?P<punct>[(),])
+                        |(?P<word>[A-Za-z_][A-Za-z0-9_.]*|"[^"]+"|`[^`]+`)
+                        |(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?))""", re.VERBOSE)
+_COMPARE = {"=": "__eq__", "==": "__eq__", "<>": "__ne__", "!=": "__ne__", "<": "__lt__",
+            "<=": "__le__", ">": "__gt__", ">=": "__ge__"}
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    out, pos = [], 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise CliError(f"cannot parse --where at {text[pos:].strip()!r}")
+        kind = m.lastgroup or ""
+        out.append((kind, m.group(kind)))
+        pos = m.end()
+    return out
+
+
+def parse_where(text: str, schema: TableSchema) -> Predicate:
+    """A conjunction of simple conditions -> a Predicate (literals cast to the column types)."""
+    tokens = _tokens(text)
+    pos = 0
+
+    def peek(offset: int = 0) -> tuple[str, str]:
+        return tokens[pos + offset] if pos + offset < len(tokens) else ("end", "")
+
+    def take() -> tuple[str, str]:
+        nonlocal pos
+        token = peek()
+        if token[0] == "end":
+            raise CliError(f"incomplete --where {text!r}")
+        pos += 1
+        return token
+
+    def keyword(word: str) -> bool:
+        kind, value = peek()
+        return kind == "word" and value.upper() == word
+
+    def expect(word: str) -> None:
+        kind, value = take()
+        if kind != "word" or value.upper() != word:
+            raise CliError(f"expected {word} in --where {text!r}, got {value!r}")
+
+    def literal(field: DataField) -> Any:
+        kind, value = take()
+        if kind == "word" and value.upper() in ("TRUE", "FALSE"):
+            raw: Any = value.upper() == "TRUE"
+        elif kind == "str":
+            raw = value[1:-1].replace("''", "'")
+        elif kind == "num":
+            raw = value
+        else:
+            raise CliError(f"expected a literal for column {field.name!r} in --where, got {value!r}")
+        return coerce_literal(raw, field)
+
+    predicates: list[Predicate] = []
+    while True:
+        kind, name = take()
+        if kind != "word":
+            raise CliError(f"expected a column name in --where {text!r}, got {name!r}")
+        field = schema.field(name.strip('`"'))
+        column = col(field.name)
+        negate = False
+        if keyword("NOT"):
+            take()
+            negate = True
+        kind, value = peek()
+        if kind == "op":
+            if negate:
+                raise CliError(f"unexpected NOT in --where {text!r}")
+            take()
+            pred = getattr(column, _COMPARE[value])(literal(field))
+        elif keyword("BETWEEN"):
+            take()
+            low = literal(field)
+            expect("AND")
+            pred = column.between(low, literal(field))
+        elif keyword("IN"):
+            take()
+            if take() != ("punct", "("):
+                raise CliError(f"expected ( after IN in --where {text!r}")
+            values = [literal(field)]
+            while peek() == ("punct", ","):
+                take()
+                values.append(literal(field))
+            if take() != ("punct", ")"):
+                raise CliError(f"expected ) to close IN (...) in --where {text!r}")
+            pred = column.isin(values)
+        elif keyword("IS"):
+            take()
+            if keyword("NOT"):
+                take()
+                expect("NULL")
+                pred = column.is_not_null()
+            else:
+                expect("NULL")
+                pred = column.is_null()
+        elif keyword("LIKE"):
+            take()
+            kind, pattern = take()
+            body = pattern[1:-1].replace("''", "'") if kind == "str" else ""
+            if kind != "str" or not body.endswith("%") or any(c in body[:-1] for c in "%_"):
+                raise CliError(f"only prefix patterns like 'abc%' are supported by LIKE, got {pattern!r}")
+            pred = column.startswith(body[:-1])
+        else:
+            raise CliError(f"expected an operator after {field.name!r} in --where {text!r}, got {value!r}")
+        predicates.append(~pred if negate else pred)
+        if peek()[0] == "end":
+            break
+        expect("AND")
+    result = predicates[0]
+    for p in predicates[1:]:
+        result = result & p
+    return result
+
+
+def coerce_literal(raw: Any, field: DataField) -> Any:
+    """A --where literal as the Python value of the column's type (so stats pruning compares)."""
+    target = field.type.to_arrow()
+    try:
+        if pa.types.is_string(target) or pa.types.is_binary(target):
+            return raw if isinstance(raw, str) else str(raw)
+        if pa.types.is_decimal(target):
+            return Decimal(str(raw))
+        if pa.types.is_integer(target):
+            number = Decimal(str(raw))
+            if number != number.to_integral_value():
+                raise CliError(f"column {field.name!r} is an integer column; got {raw!r}")
+            return int(number)
+        if pa.types.is_floating(target):
+            return float(raw)
+        if pa.types.is_boolean(target):
+            if isinstance(raw, bool):
+                return raw
+            raise CliError(f"column {field.name!r} is BOOLEAN; use TRUE or FALSE")
+        return pa.scalar(raw).cast(target).as_py()
+    except (ArithmeticError, pa.ArrowException, ValueError) as exc:
+        if isinstance(exc, CliError):
+            raise
+        raise CliError(f"cannot use {raw!r} as a {field.type.to_json()} value for column "
+                       f"{field.name!r}") from None
+
+
+# -- reading and writing data --------------------------------------------------------------------
+
+
+def read_table(table: Table, columns: list[str] | None, where: Predicate | None, snapshot_id: int | None,
+               limit: int | None) -> pa.Table:
+    if limit is None:
+        return table.to_arrow(columns, where, snapshot_id)
+    read = table.new_read(columns, where)
+    batches: list[pa.RecordBatch] = []
+    remaining = limit
+    if remaining > 0:
+        for batch in read.to_batches(table.scan(where, snapshot_id)):
+            batches.append(batch.slice(0, remaining))
+            remaining -= min(remaining, batch.num_rows)
+            if remaining == 0:
+                break
+    return pa.Table.from_batches(batches, schema=read.output_schema)
+
+
+def load_input(path: str, schema: TableSchema) -> pa.Table:
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, "No such file", path)
+    lower = path.lower()
+    if lower.endswith((".parquet", ".parq", ".pq")):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path)
+    if lower.endswith((".csv", ".csv.gz", ".tsv")):
+        import pyarrow.csv as pcsv
+
+        types = {f.name: f.type.to_arrow() for f in schema.fields}
+        parse = pcsv.ParseOptions(delimiter="\t" if lower.endswith(".tsv") else ",")
+        convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=True)
+        try:
+            return pcsv.read_csv(path, parse_options=parse, convert_options=convert)
+        except pa.ArrowInvalid as exc:
+            raise CliError(f"cannot read {path}: {exc}") from None
+    raise CliError(f"input {path!r}: unsupported file type; use .parquet or .csv")
+
+
+def _emit(data: pa.Table, fmt: str, out: TextIO) -> None:
+    if fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        buffer = io.BytesIO()
+        pcsv.write_csv(data, buffer, pcsv.WriteOptions(quoting_style="needed"))
+        out.write(buffer.getvalue().decode("utf-8"))
+    elif fmt == "json":
+        write_json(data, out)
+    else:
+        out.write(format_arrow(data) + "\n")
+
+
+def write_json(data: pa.Table, out: TextIO) -> None:
+    """A JSON array, one row object per line (decimals as strings, times in ISO 8601)."""
+    out.write("[")
+    first = True
+    for row in _rows(data):
+        out.write("\n" if first else ",\n")
+        out.write(json.dumps(row, default=_json_value, ensure_ascii=False))
+        first = False
+    out.write("\n]\n" if not first else "]\n")
+
+
+def _rows(data: pa.Table) -> Iterator[dict[str, Any]]:
+    for batch in data.to_batches(max_chunksize=10_000):
+        yield from batch.to_pylist()
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return str(value)
+
+
+# -- text output -------------------------------------------------------------------------------------
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]],
+                 numeric: set[int] | None = None) -> str:
+    """An aligned text table; columns in `numeric` are right-aligned."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, text in enumerate(row):
+            widths[i] = max(widths[i], len(text))
+    right = numeric or set()
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(widths[i]) if i in right else v.ljust(widths[i]) for i, v in enumerate(values)]
+        return "  ".join(parts).rstrip()
+
+    out = [line(headers), "  ".join("-" * w for w in widths)]
+    out.extend(line(row) for row in cells)
+    return "\n".join(out)
+
+
+def format_arrow(data: pa.Table) -> str:
+    numeric = {i for i, f in enumerate(data.schema)
+               if pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)}
+    rows = [[row[name] for name in data.column_names] for row in _rows(data)]
+    text = format_table(data.column_names, rows, numeric)
+    return f"{text}\n({data.num_rows} row{'s' if data.num_rows != 1 else ''})"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value).replace("\n", "\\n")
+
+
+def _time(millis: int) -> str:
+    return dt.datetime.fromtimestamp(millis / 1000).isoformat(sep=" ", timespec="milliseconds")
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _partition_text(table: Table, values: Sequence[Any]) -> str:
+    if not table.schema.partition_keys:
+        return "-"
+    from strata.table.paths import partition_value_string
+
+    return ",".join(f"{k}={partition_value_string(v)}" for k, v in zip(table.schema.partition_keys, values,
+                                                                        strict=False))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
