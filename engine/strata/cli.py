@@ -191,9 +191,9 @@ def cmd_describe(catalog: Catalog, args: argparse.Namespace) -> int:
     out.append("")
     rows = []
     for f in schema.fields:
-        key = [k for k, keys in (("PK", schema.primary_keys), ("PARTITION", schema.partition_keys))
-               if f.name in keys]
-        rows.append([f.id, f.name, f.type.to_json(), " ".join(key), f.description or ""])
+        roles = [r for r, keys in (("PK", schema.primary_keys), ("PARTITION", schema.partition_keys))
+                 if f.name in keys]
+        rows.append([f.id, f.name, f.type.to_json(), " ".join(roles), f.description or ""])
     out.append(format_table(["id", "column", "type", "key", "comment"], rows))
     out.append("")
     out.append("Options:")
@@ -291,7 +291,9 @@ def cmd_write(catalog: Catalog, args: argparse.Namespace) -> int:
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
     """Split on `sep` outside parentheses and quotes."""
-    parts, depth, quote, current = [], 0, "", []
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, ""
     for ch in text:
         if quote:
             quote = "" if ch == quote else quote

@@ -111,7 +111,7 @@ def round_to_word(num_bytes: int) -> int:
     return (num_bytes + 7) & ~7
 
 
-# -- value conversions shared with the vectorized hash --------------------------------------------
+# -- value conversions (Java semantics) --------------------------------------------------------
 def time_unit_to_millis(value: int, unit: str) -> int:
     return value * 1000 // _UNITS_PER_SECOND[unit]
 
@@ -260,11 +260,6 @@ def _read_value(row: bytes, slot: int, kind: Kind, t: pa.DataType) -> object:
     if kind is Kind.DATE:
         return pa.scalar(number, t).as_py()
     return number
-
-
-def row_kind_byte(data: bytes) -> int:
-    """The RowKind byte of a serialized row (0 = INSERT)."""
-    return data[4]
 
 
 def deserialize(data: bytes, types: Sequence[pa.DataType]) -> list[object]:

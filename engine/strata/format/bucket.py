@@ -65,11 +65,11 @@ def _signed(h: int) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def hash_bytes_by_words(data: bytes) -> int:
-    """MurmurHashUtils.hashBytesByWords (seed 42); the length must be a multiple of 4."""
+def hash_bytes_by_words(data: bytes, seed: int = SEED) -> int:
+    """MurmurHashUtils.hashBytesByWords; the length must be a multiple of 4."""
     if len(data) % 4:
         raise ValueError(f"length {len(data)} is not a multiple of 4")
-    h = SEED
+    h = seed
     for (word,) in struct.iter_unpack("<I", data):
         h = _mix_int(h, word)
     return _signed(_fmix_int(h ^ len(data)))
@@ -86,18 +86,27 @@ def java_bucket(hash_code: int, num_buckets: int) -> int:
 
 
 # -- vectorized MurmurHash3 -------------------------------------------------------------------
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << _U32(r)) | (x >> _U32(32 - r))
+def _rotl_inplace(x: np.ndarray, r: int) -> None:
+    high = x >> _U32(32 - r)
+    x <<= _U32(r)
+    x |= high
 
 
 def _mix(h: np.ndarray | int, k: Words) -> np.ndarray | int:
-    """One murmur round; stays a Python int while every word so far was zero."""
+    """One murmur round into a new array; stays a Python int while every word so far was zero."""
     if k is None:
         if isinstance(h, int):
             return _mix_int(h, 0)
-        return _rotl(h, 13) * _U32(5) + _U32(_H_ADD)
-    k1 = _rotl(k * _U32(_C1), 15) * _U32(_C2)
-    return _rotl(k1 ^ _U32(h) if isinstance(h, int) else h ^ k1, 13) * _U32(5) + _U32(_H_ADD)
+        x = h.copy()  # mixK1(0) == 0
+    else:
+        x = k * _U32(_C1)
+        _rotl_inplace(x, 15)
+        x *= _U32(_C2)
+        x ^= _U32(h) if isinstance(h, int) else h
+    _rotl_inplace(x, 13)
+    x *= _U32(5)
+    x += _U32(_H_ADD)
+    return x
 
 
 def _fmix(h: np.ndarray, length: np.ndarray | int) -> np.ndarray:
@@ -211,27 +220,41 @@ def _decimal_le_bytes(arr: pa.Array, width: int) -> np.ndarray:
     return np.hstack([raw, np.repeat(sign, width - stored, axis=1)])
 
 
+def _bit_length(x: np.ndarray) -> np.ndarray:
+    """Exact bit length of uint64 values; float64 rounding may overshoot by one, so correct it."""
+    exponent = np.minimum(np.frexp(x.astype(np.float64))[1].astype(np.int64), 64)
+    below = (exponent > 0) & ((x >> (np.maximum(exponent, 1) - 1).astype(np.uint64)) == 0)
+    return exponent - below
+
+
+def _shift_left_128(hi: np.ndarray, lo: np.ndarray, bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(hi, lo) << bits for 0 <= bits < 128, without relying on shifts by 64 or more."""
+    wide = bits >= 64
+    small = np.where(wide, 0, bits).astype(np.uint64)
+    carry = np.where(small == 0, 0, lo >> np.minimum(64 - small, 63).astype(np.uint64))
+    new_hi = np.where(wide, lo << np.where(wide, bits - 64, 0).astype(np.uint64), (hi << small) | carry)
+    return new_hi, np.where(wide, np.uint64(0), lo << small)
+
+
 def _minimal_big_endian(le: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """BigInteger.toByteArray() of 16-byte values: (rows, 16) left-aligned bytes and lengths."""
-    be = le[:, ::-1]
-    # A leading byte is redundant if it only repeats the sign of the byte after it.
-    high_bit = be[:, 1:] >= 0x80
-    redundant = ((be[:, :-1] == 0) & ~high_bit) | ((be[:, :-1] == 0xFF) & high_bit)
-    skip = np.cumprod(redundant, axis=1, dtype=np.int8).sum(axis=1)
-    length = DECIMAL_VAR_BYTES - skip
-    cols = np.arange(DECIMAL_VAR_BYTES)
-    index = np.minimum(skip[:, None] + cols, DECIMAL_VAR_BYTES - 1)
-    out = np.take_along_axis(be, index, axis=1)
-    out[cols >= length[:, None]] = 0
-    return out, length
+    """BigInteger.toByteArray() of 16-byte values, left-aligned in 16 zeroed bytes: returns the
+    bytes as (rows, 4) little-endian words, and the lengths."""
+    halves = np.ascontiguousarray(le).view("<u8")
+    lo, hi = halves[:, 0], halves[:, 1]
+    sign = (hi.view(np.int64) >> 63).view(np.uint64)
+    m_hi, m_lo = hi ^ sign, lo ^ sign  # what toByteArray sizes: v, or ~v when negative
+    bits = np.where(m_hi != 0, 64 + _bit_length(m_hi), _bit_length(m_lo))
+    length = bits // 8 + 1
+    new_hi, new_lo = _shift_left_128(hi, lo, (DECIMAL_VAR_BYTES - length) * 8)
+    big_endian = np.stack([new_hi, new_lo], axis=1).astype(">u8")
+    return big_endian.view("<u4"), length
 
 
 def _decimal_column(arr: pa.Array, kind: Kind, valid: np.ndarray | None) -> _Column:
     if kind is Kind.DECIMAL_COMPACT:
         lo, hi = _split64(np.ascontiguousarray(_decimal_le_bytes(arr, 8)).view("<i8")[:, 0], valid)
         return _Column(valid, lo=lo, hi=hi)
-    data, length = _minimal_big_endian(_decimal_le_bytes(arr, DECIMAL_VAR_BYTES))
-    words = np.ascontiguousarray(data).view("<u4")
+    words, length = _minimal_big_endian(_decimal_le_bytes(arr, DECIMAL_VAR_BYTES))
     var_words: list[Words] = [_zero_nulls(words[:, i], valid) for i in range(4)]
     return _Column(valid, lo=_zero_nulls(length.astype(_U32), valid), var_words=var_words,
                    var_bytes=DECIMAL_VAR_BYTES, points_to_var=True)

@@ -137,7 +137,10 @@ class LocalFileIO(FileIO):
             return []
         out = []
         for e in entries:
-            st = e.stat()
+            try:
+                st = e.stat()
+            except FileNotFoundError:
+                continue  # removed since the scan (e.g. a committer's temp file): not a child any more
             out.append(FileStatus(os.path.join(path, e.name), st.st_size, int(st.st_mtime * 1000), e.is_dir()))
         return out
 

@@ -142,6 +142,8 @@ class TableScan:
                 kept.append(meta)
             else:
                 self.stats.manifests_skipped += 1
+                # the files of a pruned manifest are skipped too (Java counts them the same way)
+                self.stats.files_skipped += max(0, meta.num_added_files - meta.num_deleted_files)
         self.stats.manifests_read += len(kept)
         return kept
 

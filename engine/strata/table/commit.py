@@ -42,6 +42,7 @@ class TableCommit:
         targets: list[bytes] | None = None
         if partition is not None:
             targets = [self._partition_bytes(partition)]
+            self._check_in_partition(messages, targets[0], partition)
         elif dynamic:
             targets = sorted({m.partition for m in messages})
             if not targets:
@@ -58,6 +59,17 @@ class TableCommit:
                              f"partition key {schema.partition_keys}, got {sorted(partition)}")
         fields = schema.partition_fields()
         return binary_row.serialize([partition[f.name] for f in fields], [f.type.to_arrow() for f in fields])
+
+    def _check_in_partition(self, messages: Sequence[CommitMessage], target: bytes,
+                            partition: Mapping[str, Any]) -> None:
+        """Rows outside the overwritten partition would survive the overwrite: refuse them."""
+        stray = [m.partition for m in messages if m.partition != target]
+        if stray:
+            fields = self.table.schema.partition_fields()
+            values = binary_row.deserialize(stray[0], [f.type.to_arrow() for f in fields])
+            found = dict(zip([f.name for f in fields], values, strict=True))
+            raise ValueError(f"overwrite of partition {dict(partition)} of table {self.table.identifier} "
+                             f"got rows of partition {found}")
 
     def _check_open(self) -> None:
         if self.closed:

@@ -48,11 +48,53 @@ def conform(data: pa.Table, schema: TableSchema, where: str, extra: tuple[str, .
 
 
 def _cast(column: pa.ChunkedArray, target: pa.DataType, name: str, where: str) -> pa.ChunkedArray:
-    try:
-        return pc.cast(column, target, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise SchemaMismatchError(
-            f"column {name!r} of {where}: cannot store {column.type} values as {target}: {exc}") from None
+    """Convert within a family of types only, and only when no value changes (Arrow's safe casts
+    still parse strings, round floats into decimals and drop the time of day, silently)."""
+    source = column.type
+    problem = None
+    if _family(source) not in (_family(target), "null"):
+        problem = "incompatible types"
+    else:
+        try:
+            if pa.types.is_integer(source) and pa.types.is_decimal(target):
+                column = pc.cast(column, pa.decimal128(20, 0))  # wide enough for any integer
+            cast = pc.cast(column, target, safe=True)
+            if not _same_values(column, cast):
+                problem = "values would change"
+            else:
+                return cast
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            problem = str(exc)
+    raise SchemaMismatchError(f"column {name!r} of {where}: cannot store {source} values as {target}: {problem}")
+
+
+def _family(t: pa.DataType) -> str:
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "number"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t) \
+            or pa.types.is_fixed_size_binary(t):
+        return "binary"
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        return "datetime"
+    if pa.types.is_null(t):
+        return "null"
+    return str(t)  # boolean, time, nested: only the same type (or a sibling unit) converts
+
+
+def _same_values(before: pa.ChunkedArray, after: pa.ChunkedArray) -> bool:
+    """Casts Arrow deems safe but that can still alter values: float -> decimal (rounding),
+    timestamp -> date (time of day), double -> float (overflow to infinity)."""
+    source, target = before.type, after.type
+    if pa.types.is_floating(source) and pa.types.is_decimal(target):
+        return bool(pc.all(pc.equal(pc.cast(after, pa.float64()), pc.cast(before, pa.float64()))).as_py() is not False)
+    if pa.types.is_timestamp(source) and pa.types.is_date(target):
+        return bool(pc.all(pc.equal(pc.cast(after, source), before)).as_py() is not False)
+    if pa.types.is_floating(source) and pa.types.is_floating(target):
+        overflow = pc.and_(pc.is_finite(before), pc.invert(pc.is_finite(after)))
+        return not pc.any(overflow).as_py()
+    return True
 
 
 def row_kinds(data: pa.Table, kinds: pa.Array | np.ndarray | list[str] | str | None,

@@ -118,9 +118,10 @@ class TableRead:
         if self.filter is not None:
             batch = batch.filter(self.filter.to_arrow())
         out = pa.Table.from_arrays([batch.column(n) for n in self.columns], schema=self.output_schema)
-        if with_kinds and self.key_names:
-            out = out.add_column(0, pa.field(ROW_KIND_COLUMN, pa.string(), nullable=False),
-                                 batch.column(ROW_KIND_COLUMN))
+        if with_kinds:
+            # append tables hold inserts only, but an incremental read still labels every row
+            kinds = batch.column(ROW_KIND_COLUMN) if self.key_names else pa.repeat("+I", out.num_rows)
+            out = out.add_column(0, pa.field(ROW_KIND_COLUMN, pa.string(), nullable=False), kinds)
         return out
 
 

@@ -45,8 +45,8 @@ def sample_values(t: pa.DataType, n: int) -> list[Any]:
         return [float(i) * 1.5 - 7.25 for i in range(n)]
     if pa.types.is_decimal(t):
         digits = t.precision - t.scale
-        big = Decimal("9" * digits + "." + "9" * t.scale)  # the largest value that fits
-        return [-big, *(Decimal(37 * i).scaleb(-t.scale) for i in range(n - 2)), big][:n]
+        big = "9" * digits + "." + "9" * t.scale  # the largest value that fits (no context rounding)
+        return [Decimal("-" + big), *(Decimal(37 * i).scaleb(-t.scale) for i in range(n - 2)), Decimal(big)][:n]
     if pa.types.is_string(t):
         return ["", "a", "abc", "héllo wörld", "z" * 40, "日本語", *(f"s{i:04d}" for i in range(n))][:n]
     if pa.types.is_binary(t):

@@ -54,8 +54,6 @@ SOCKET = DOCKER_STATE / "docker.sock"
 EXEC_ROOT = DOCKER_STATE / "exec"
 APT_SOURCES_LIST = Path("/etc/apt/sources.list")
 APT_SOURCES_DIR = Path("/etc/apt/sources.list.d")
-# Storage drivers in order of preference; the first that works on this kernel and filesystem wins.
-STORAGE_DRIVERS = ("overlay2", "fuse-overlayfs", "vfs")
 
 
 def docker_cli() -> str:
@@ -349,6 +347,27 @@ def our_processes() -> list[int]:
     return pids
 
 
+# Our containers' cgroups live under a parent of their own, so that processes of a container whose
+# engine died can be found (and ended) without touching any other engine's containers.
+CGROUP_PARENT = "/strata-docker-" + hashlib.sha256(str(EXEC_ROOT).encode()).hexdigest()[:8]
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def container_processes() -> list[int]:
+    """PIDs still inside the cgroups of our containers (our cgroup parent, or docker's default
+    parent for a container id that exists in our data-root)."""
+    pids: set[int] = set()
+    ours = {p.name for p in (DATA_ROOT / "containers").glob("*")} if DATA_ROOT.exists() else set()
+    for hierarchy in [CGROUP_ROOT, *CGROUP_ROOT.glob("*")]:
+        groups = list((hierarchy / CGROUP_PARENT.lstrip("/")).glob("*/cgroup.procs"))
+        groups += [hierarchy / "docker" / cid / "cgroup.procs" for cid in ours]
+        for procs in groups:
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(line) for line in procs.read_text().split())
+    pids.discard(os.getpid())
+    return sorted(pids)
+
+
 def _engines_on_data_root() -> list[int]:
     """dockerd processes, not ours, whose --data-root is our data-root."""
     ours = str(EXEC_ROOT).encode()
@@ -408,7 +427,11 @@ class DockerService(Service):
         return self.state_dir / "storage-driver"
 
     def install(self) -> None:
+        """The engine (Debian's docker.io, with containerd and runc) and debootstrap; and the base
+        image's root filesystem tarball, built once (the slow part of a cold start)."""
         apt_install("docker.io", "debootstrap")
+        with _cache_lock("base-image"):
+            build_rootfs_tarball(rootfs_tarball())
 
     def version(self) -> str:
         try:
@@ -467,6 +490,7 @@ class DockerService(Service):
             "--exec-root", str(EXEC_ROOT),
             "--pidfile", str(self.state_dir / "dockerd.pid"),
             "--storage-driver", self.driver_file.read_text().strip(),
+            "--cgroup-parent", CGROUP_PARENT,
             "--userland-proxy=false",
             "--shutdown-timeout", "10",
             "--log-level", "warn",
@@ -536,7 +560,15 @@ class DockerService(Service):
         self.pid_file.unlink(missing_ok=True)
 
     def _kill_leftovers(self) -> None:
-        """End our engine's processes still alive (by PID), then release their mounts."""
+        """End our engine's processes still alive, and those of its containers (by PID), then
+        release their mounts."""
+        # A container still running here has lost its engine: nothing will stop it but SIGKILL
+        # (its init ignores SIGTERM sent from outside its PID namespace unless it handles it).
+        orphans = container_processes()
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _wait_gone(orphans, 10)
         leftovers = our_processes()
         for sig in (signal.SIGTERM, signal.SIGKILL):
             if not leftovers:

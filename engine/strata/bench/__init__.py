@@ -1,0 +1,291 @@
+"""Strata benchmarks against raw pyarrow: ``python -m strata.bench --out build/bench.json``.
+
+Every workload runs twice, each time in its own process (so that peak RSS is per part): once
+through Strata and once as the equivalent plain-pyarrow job (the reference), on the same
+generated data. Results are written as JSON and printed as a table with PASS/MISS against the
+targets; a miss never fails the run (an error does).
+
+    python -m strata.bench --out build/bench.json            # W1..W4 at full size
+    python -m strata.bench --only W1,W3 --scale 0.1           # a subset, 10% of the rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+WORKLOADS = ("W1", "W2", "W3", "W4")
+PARTS = ("strata", "reference")
+DESCRIPTIONS = {
+    "W1": "append table, partitioned by dt: 10 commits",
+    "W2": "PK table (dt, id), bucket 4: 10 upsert commits (half updates) on a base",
+    "W3": "full merged read of the W2 table (base + 10 level-0 runs)",
+    "W4": "id BETWEEN x AND x+1000 on the W2 table (median of 7)",
+}
+W2_RSS_LIMIT_MB = 1500.0
+
+
+@dataclass(frozen=True)
+class Target:
+    op: str  # ">=" or "<="
+    value: float
+
+    def met(self, ratio: float) -> bool:
+        return ratio >= self.value if self.op == ">=" else ratio <= self.value
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.value:g}"
+
+
+TARGETS = {"W1": Target(">=", 0.6), "W2": Target(">=", 0.30), "W3": Target(">=", 0.35),
+           "W4": Target("<=", 3.0)}
+
+
+# -- entry point ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m strata.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="build/bench.json", help="JSON results file")
+    parser.add_argument("--only", default=None, help="comma-separated subset, e.g. W1,W3")
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full row counts")
+    parser.add_argument("--work-dir", default=None,
+                        help="where the temporary warehouses go (default: a new temp directory)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary warehouses")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    # internal: run one part of one workload in this process
+    parser.add_argument("--workload", choices=WORKLOADS, help=argparse.SUPPRESS)
+    parser.add_argument("--part", choices=PARTS, default="strata", help=argparse.SUPPRESS)
+    parser.add_argument("--json-out", default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    if args.scale <= 0:
+        print("strata.bench: error: --scale must be > 0", file=sys.stderr)
+        return 2
+    if args.workload:
+        return _run_part(args)
+    try:
+        selected = _selection(args.only)
+    except ValueError as exc:
+        print(f"strata.bench: error: {exc}", file=sys.stderr)
+        return 2
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="strata-bench-")
+    os.makedirs(work_dir, exist_ok=True)
+    try:
+        report = run(selected, args.scale, work_dir, quiet=args.quiet)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    print(format_report(report))
+    print(f"\nresults written to {args.out}")
+    return 1 if any("error" in r for r in report["results"]) else 0
+
+
+def _selection(only: str | None) -> list[str]:
+    if not only:
+        return list(WORKLOADS)
+    wanted = [w.strip().upper() for w in only.split(",") if w.strip()]
+    unknown = [w for w in wanted if w not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {unknown} in --only; choose from {', '.join(WORKLOADS)}")
+    return [w for w in WORKLOADS if w in wanted]
+
+
+# -- one part, in a child process -----------------------------------------------------------------
+
+
+def _run_part(args: argparse.Namespace) -> int:
+    from strata.bench.workloads import PARTS as FUNCTIONS
+
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="strata-bench-")
+    os.makedirs(work_dir, exist_ok=True)
+    result = FUNCTIONS[(args.workload, args.part)](work_dir, args.scale)
+    result["peak_rss_mb"] = peak_rss_mb()
+    text = json.dumps(result)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+    return 0
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process, in MiB (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
+
+
+# -- the orchestrator ---------------------------------------------------------------------------------
+
+
+def run(workloads: Sequence[str], scale: float, work_dir: str, quiet: bool = False) -> dict[str, Any]:
+    results = []
+    for workload in workloads:
+        parts: dict[str, dict[str, Any]] = {}
+        errors = []
+        for part in PARTS:
+            if not quiet:
+                print(f"[bench] {workload} {part} ...", file=sys.stderr, flush=True)
+            started = time.perf_counter()
+            try:
+                parts[part] = _spawn(workload, part, scale, work_dir)
+            except RuntimeError as exc:
+                errors.append(f"{part}: {exc}")
+            if not quiet:
+                print(f"[bench] {workload} {part} done in {time.perf_counter() - started:.1f}s",
+                      file=sys.stderr, flush=True)
+        if errors:
+            results.append({"workload": workload, "description": DESCRIPTIONS[workload],
+                            "error": "; ".join(errors)})
+        else:
+            results.append(combine(workload, parts["strata"], parts["reference"]))
+    return {"results": results, "machine": machine_info(), "scale": scale,
+            "targets": {w: str(t) for w, t in TARGETS.items()} | {"W2_peak_rss_mb": f"< {W2_RSS_LIMIT_MB:g}"},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def _spawn(workload: str, part: str, scale: float, work_dir: str) -> dict[str, Any]:
+    out = os.path.join(work_dir, f"result-{workload}-{part}.json")
+    if os.path.exists(out):
+        os.remove(out)
+    env = dict(os.environ)
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "strata.bench", "--workload", workload, "--part", part,
+               "--scale", repr(scale), "--work-dir", work_dir, "--json-out", out]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not os.path.exists(out):
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise RuntimeError(f"exit {proc.returncode}: {' | '.join(tail)}")
+    with open(out) as f:
+        result: dict[str, Any] = json.load(f)
+    return result
+
+
+def combine(workload: str, mine: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+    """The result row of a workload from its Strata and reference parts."""
+    target = TARGETS[workload]
+    row: dict[str, Any] = {"workload": workload, "description": DESCRIPTIONS[workload]}
+    if workload == "W4":
+        ratio = mine["latency_ms"] / ref["latency_ms"] if ref["latency_ms"] > 0 else float("inf")
+        row.update({
+            "latency_ms": round(mine["latency_ms"], 3), "reference_latency_ms": round(ref["latency_ms"], 3),
+            "ratio": round(ratio, 4),
+            "runs_ms": [round(t, 3) for t in mine["runs_ms"]],
+            "reference_runs_ms": [round(t, 3) for t in ref["runs_ms"]],
+            "rows_per_query": mine["rows_per_query"],
+            "verified": mine["rows_per_query"] == ref["rows_per_query"],
+        })
+    else:
+        rows_per_s = mine["rows"] / mine["seconds"] if mine["seconds"] > 0 else float("inf")
+        ref_rows_per_s = ref["rows"] / ref["seconds"] if ref["seconds"] > 0 else float("inf")
+        ratio = rows_per_s / ref_rows_per_s if ref_rows_per_s else 0.0
+        row.update({
+            "rows": mine["rows"], "seconds": round(mine["seconds"], 4),
+            "rows_per_s": round(rows_per_s, 1), "reference_rows": ref["rows"],
+            "reference_seconds": round(ref["seconds"], 4),
+            "reference_rows_per_s": round(ref_rows_per_s, 1), "ratio": round(ratio, 4),
+        })
+        if "digest" in mine:
+            row["verified"] = mine["digest"] == ref["digest"]
+    row["peak_rss_mb"] = mine["peak_rss_mb"]
+    row["reference_peak_rss_mb"] = ref["peak_rss_mb"]
+    row["target"] = str(target)
+    row["pass"] = target.met(ratio)
+    if workload == "W2":
+        row["peak_rss_target_mb"] = W2_RSS_LIMIT_MB
+        row["peak_rss_pass"] = mine["peak_rss_mb"] < W2_RSS_LIMIT_MB
+    extras = {k: v for k, v in mine.items()
+              if k in ("commits", "base_rows", "base_seconds", "files", "runs_seconds", "built_table")}
+    if extras:
+        row["details"] = extras
+    return row
+
+
+def machine_info() -> dict[str, Any]:
+    import numpy
+    import pyarrow
+
+    info: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "pyarrow": pyarrow.__version__,
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        if models:
+            info["cpu_model"] = models[0]
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    info["memory_total_mb"] = round(int(line.split()[1]) / 1024)
+    except OSError:
+        pass
+    if hasattr(os, "sched_getaffinity"):
+        info["cpus_usable"] = len(os.sched_getaffinity(0))
+    return info
+
+
+# -- the printed table -----------------------------------------------------------------------------
+
+
+def format_report(report: dict[str, Any]) -> str:
+    headers = ["workload", "metric", "strata", "reference", "ratio", "target", "result", "peak RSS MB"]
+    rows: list[list[str]] = []
+    for r in report["results"]:
+        if "error" in r:
+            rows.append([r["workload"], "ERROR", r["error"][:60], "", "", "", "ERROR", ""])
+            continue
+        status = "PASS" if r["pass"] else "MISS"
+        if r["workload"] == "W4":
+            rows.append([r["workload"], "latency ms", f"{r['latency_ms']:,.1f}",
+                         f"{r['reference_latency_ms']:,.1f}", f"{r['ratio']:.2f}", r["target"], status,
+                         f"{r['peak_rss_mb']:,.0f}"])
+        else:
+            rows.append([r["workload"], f"rows/s ({r['rows']:,} rows)", f"{r['rows_per_s']:,.0f}",
+                         f"{r['reference_rows_per_s']:,.0f}", f"{r['ratio']:.2f}", r["target"], status,
+                         f"{r['peak_rss_mb']:,.0f}"])
+        if r["workload"] == "W2":
+            rss_status = "PASS" if r["peak_rss_pass"] else "MISS"
+            rows.append(["W2", "peak RSS MB", f"{r['peak_rss_mb']:,.0f}", "", "",
+                         f"< {r['peak_rss_target_mb']:g}", rss_status, ""])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    left = {0, 1, 5, 6}
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(widths[i]) if i in left else c.rjust(widths[i])
+                         for i, c in enumerate(cells)).rstrip()
+
+    out = [line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+    machine = report.get("machine", {})
+    out.append("")
+    out.append(f"scale {report.get('scale')}; {machine.get('cpu_count')} CPUs; Python {machine.get('python')}; "
+               f"pyarrow {machine.get('pyarrow')}")
+    unverified = [r["workload"] for r in report["results"] if r.get("verified") is False]
+    if unverified:
+        out.append(f"WARNING: Strata's results differ from the reference in {', '.join(unverified)}")
+    return "\n".join(out)

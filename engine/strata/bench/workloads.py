@@ -1,0 +1,279 @@
+"""The benchmark workloads. Each has a Strata part and a raw-pyarrow reference part; the runner
+executes every part in its own process so that its peak RSS is its own.
+
+W1  append table (bucket -1, partitioned by dt): COMMITS commits of new rows.
+    reference: pyarrow.parquet.write_table of the same chunks (zstd level 1), one file each.
+W2  primary-key table (dt, id), bucket 4: a base, then COMMITS timed upsert commits.
+    reference: pyarrow.parquet.write_table of the same upsert chunks.
+W3  full merged read of the W2 table (base + COMMITS unmerged level-0 runs).
+    reference: pyarrow.parquet.read_table of the final rows as COMMITS plain Parquet files.
+W4  `id BETWEEN x AND x + 1000` on the W2 table, median latency over 7 values of x.
+    reference: pyarrow.dataset over those plain files with the same filter.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+import strata
+from strata.bench import data as gen
+from strata.table.table import Table
+
+COMPRESSION = "zstd"
+COMPRESSION_LEVEL = 1
+READ_RUNS = 3
+W4_RUNS = 7
+PK_BUCKETS = 4
+
+
+def _clock() -> float:
+    return time.perf_counter()
+
+
+def _fresh(path: str) -> str:
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def _write_reference(chunks: list[pa.Table], directory: str) -> float:
+    """Seconds to write each chunk to its own Parquet file, like a plain pyarrow job would."""
+    _fresh(directory)
+    gc.collect()
+    start = _clock()
+    for i, chunk in enumerate(chunks):
+        pq.write_table(chunk, f"{directory}/part-{i:02d}.parquet", compression=COMPRESSION,
+                       compression_level=COMPRESSION_LEVEL)
+    return _clock() - start
+
+
+def _warm_up(work_dir: str) -> None:
+    """Import and initialise everything once (codecs, thread pools, modules) outside the timings."""
+    rng_rows = gen.rows_for(np.arange(64), np.random.default_rng(0))
+    path = _fresh(f"{work_dir}/warmup-{os.getpid()}")
+    pq.write_table(rng_rows, f"{path}/x.parquet", compression=COMPRESSION, compression_level=COMPRESSION_LEVEL)
+    pq.read_table(f"{path}/x.parquet")
+    ds.dataset(path, format="parquet").to_table(filter=ds.field("id") > 3)
+    catalog = strata.load_catalog(f"{path}/wh")
+    catalog.create_database("w")
+    append = catalog.create_table("w.a", gen.SCHEMA, partition_keys=["dt"], options={"bucket": "-1"})
+    append.write(rng_rows)
+    append.to_arrow()
+    pk = catalog.create_table("w.p", gen.SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"],
+                              options={"bucket": "2"})
+    pk.write(rng_rows)
+    pk.write(rng_rows)
+    pk.to_arrow(filter=strata.col("id").between(1, 9))
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# -- W1 ------------------------------------------------------------------------------------------
+
+
+def w1_strata(work_dir: str, scale: float) -> dict[str, Any]:
+    chunks = gen.w1_chunks(scale)
+    _warm_up(work_dir)
+    catalog = strata.load_catalog(_fresh(f"{work_dir}/w1"))
+    catalog.create_database("bench")
+    table = catalog.create_table("bench.w1", gen.SCHEMA, partition_keys=["dt"],
+                                 options={"bucket": "-1", "file.compression": COMPRESSION,
+                                          "file.compression.zstd-level": str(COMPRESSION_LEVEL)})
+    gc.collect()
+    start = _clock()
+    for chunk in chunks:
+        table.write(chunk)
+    seconds = _clock() - start
+    rows = sum(c.num_rows for c in chunks)
+    snapshot = table.latest_snapshot()
+    assert snapshot is not None and snapshot.total_record_count == rows, "W1 lost rows"
+    return {"rows": rows, "seconds": seconds, "commits": len(chunks)}
+
+
+def w1_reference(work_dir: str, scale: float) -> dict[str, Any]:
+    chunks = gen.w1_chunks(scale)
+    _warm_up(work_dir)
+    seconds = _write_reference(chunks, f"{work_dir}/w1-ref")
+    return {"rows": sum(c.num_rows for c in chunks), "seconds": seconds}
+
+
+# -- W2 ------------------------------------------------------------------------------------------
+
+_W2_READY = "w2-ready.json"
+
+
+def _pk_table(catalog: strata.Catalog) -> Table:
+    catalog.create_database("bench", ignore_if_exists=True)
+    return catalog.create_table("bench.w2", gen.SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"],
+                                options={"bucket": str(PK_BUCKETS), "file.compression": COMPRESSION,
+                                         "file.compression.zstd-level": str(COMPRESSION_LEVEL)})
+
+
+def _w2_build(work_dir: str, scale: float, upserts: gen.UpsertData,
+              timed: Callable[[], None] | None = None) -> tuple[Table, float, float]:
+    """Create the W2 table, write the base, then the upsert commits; returns seconds of both."""
+    ready = f"{work_dir}/{_W2_READY}"
+    if os.path.exists(ready):
+        os.remove(ready)
+    table = _pk_table(strata.load_catalog(_fresh(f"{work_dir}/w2")))
+    start = _clock()
+    table.write(upserts.base)
+    base_seconds = _clock() - start
+    gc.collect()
+    start = _clock()
+    for chunk in upserts.commits:
+        table.write(chunk)
+    seconds = _clock() - start
+    with open(ready, "w") as f:
+        json.dump({"scale": scale}, f)
+    return table, base_seconds, seconds
+
+
+def w2_table(work_dir: str, scale: float) -> tuple[Table, bool]:
+    """The W2 table of this run (built by W2), or build it now; True if built here."""
+    ready = f"{work_dir}/{_W2_READY}"
+    if os.path.exists(ready):
+        with open(ready) as f:
+            if json.load(f).get("scale") == scale:
+                return strata.load_catalog(f"{work_dir}/w2").get_table("bench.w2"), False
+    table, _, _ = _w2_build(work_dir, scale, gen.w2_data(scale))
+    return table, True
+
+
+def w2_strata(work_dir: str, scale: float) -> dict[str, Any]:
+    upserts = gen.w2_data(scale)
+    _warm_up(work_dir)
+    table, base_seconds, seconds = _w2_build(work_dir, scale, upserts)
+    rows = sum(c.num_rows for c in upserts.commits)
+    plan = table.new_scan().plan()
+    files = sum(len(s.files) for s in plan.splits)
+    return {"rows": rows, "seconds": seconds, "commits": len(upserts.commits),
+            "base_rows": upserts.base.num_rows, "base_seconds": base_seconds, "files": files}
+
+
+def w2_reference(work_dir: str, scale: float) -> dict[str, Any]:
+    upserts = gen.w2_data(scale)
+    _warm_up(work_dir)
+    seconds = _write_reference(upserts.commits, f"{work_dir}/w2-ref")
+    return {"rows": sum(c.num_rows for c in upserts.commits), "seconds": seconds}
+
+
+# -- W3 / W4 reference files ------------------------------------------------------------------
+
+
+def _final_files(work_dir: str, scale: float) -> tuple[str, gen.UpsertData]:
+    """The final rows of the W2 table as COMMITS plain Parquet files, in primary-key order."""
+    directory = f"{work_dir}/final-ref"
+    upserts = gen.w2_data(scale)
+    marker = f"{directory}/ready.json"
+    if os.path.exists(marker):
+        with open(marker) as f:
+            if json.load(f).get("scale") == scale:
+                return directory, upserts
+    final = gen.final_rows(upserts)
+    _fresh(directory)
+    per = -(-final.num_rows // gen.COMMITS)
+    for i in range(gen.COMMITS):
+        pq.write_table(final.slice(i * per, per), f"{directory}/part-{i:02d}.parquet",
+                       compression=COMPRESSION, compression_level=COMPRESSION_LEVEL)
+    with open(marker, "w") as f:
+        json.dump({"scale": scale}, f)
+    return directory, upserts
+
+
+def _parquet_files(directory: str) -> list[str]:
+    return sorted(f"{directory}/{n}" for n in os.listdir(directory) if n.endswith(".parquet"))
+
+
+# -- W3 ------------------------------------------------------------------------------------------
+
+
+def _median_time(fn: Callable[[], pa.Table], runs: int) -> tuple[float, list[float], pa.Table]:
+    times, result = [], None
+    for _ in range(runs):
+        gc.collect()
+        start = _clock()
+        result = fn()
+        times.append(_clock() - start)
+    assert result is not None
+    return statistics.median(times), times, result
+
+
+def w3_strata(work_dir: str, scale: float) -> dict[str, Any]:
+    table, built = w2_table(work_dir, scale)
+    _warm_up(work_dir)
+    seconds, times, result = _median_time(table.to_arrow, READ_RUNS)
+    files = sum(len(s.files) for s in table.new_scan().plan().splits)
+    return {"rows": result.num_rows, "seconds": seconds, "runs_seconds": times, "files": files,
+            "digest": gen.digest(result), "built_table": built}
+
+
+def w3_reference(work_dir: str, scale: float) -> dict[str, Any]:
+    directory, _ = _final_files(work_dir, scale)
+    _warm_up(work_dir)
+    files = _parquet_files(directory)
+    seconds, times, result = _median_time(lambda: pq.read_table(files), READ_RUNS)
+    return {"rows": result.num_rows, "seconds": seconds, "runs_seconds": times,
+            "digest": gen.digest(result)}
+
+
+# -- W4 ------------------------------------------------------------------------------------------
+
+
+def _latencies(query: Callable[[int], pa.Table], xs: list[int]) -> tuple[list[float], list[int]]:
+    times, counts = [], []
+    for x in xs:
+        gc.collect()
+        start = _clock()
+        result = query(x)
+        times.append(_clock() - start)
+        counts.append(result.num_rows)
+    return times, counts
+
+
+def w4_strata(work_dir: str, scale: float) -> dict[str, Any]:
+    table, built = w2_table(work_dir, scale)
+    _warm_up(work_dir)
+    xs = gen.w4_ranges(gen.w2_max_id(scale), W4_RUNS)
+
+    def query(x: int) -> pa.Table:
+        return table.to_arrow(filter=strata.col("id").between(x, x + gen.W4_RANGE))
+
+    times, counts = _latencies(query, xs)
+    return {"latency_ms": statistics.median(times) * 1000, "runs_ms": [t * 1000 for t in times],
+            "xs": xs, "rows_per_query": counts, "built_table": built}
+
+
+def w4_reference(work_dir: str, scale: float) -> dict[str, Any]:
+    directory, upserts = _final_files(work_dir, scale)
+    _warm_up(work_dir)
+    assert upserts.max_id == gen.w2_max_id(scale)
+    xs = gen.w4_ranges(gen.w2_max_id(scale), W4_RUNS)
+    files = _parquet_files(directory)
+
+    def query(x: int) -> pa.Table:
+        dataset = ds.dataset(files, format="parquet")
+        return dataset.to_table(filter=(ds.field("id") >= x) & (ds.field("id") <= x + gen.W4_RANGE))
+
+    times, counts = _latencies(query, xs)
+    return {"latency_ms": statistics.median(times) * 1000, "runs_ms": [t * 1000 for t in times],
+            "xs": xs, "rows_per_query": counts}
+
+
+PARTS: dict[tuple[str, str], Callable[[str, float], dict[str, Any]]] = {
+    ("W1", "strata"): w1_strata, ("W1", "reference"): w1_reference,
+    ("W2", "strata"): w2_strata, ("W2", "reference"): w2_reference,
+    ("W3", "strata"): w3_strata, ("W3", "reference"): w3_reference,
+    ("W4", "strata"): w4_strata, ("W4", "reference"): w4_reference,
+}
