@@ -47,5 +47,9 @@ class CorruptMetadataError(StrataError):
     """A snapshot, schema or manifest file is truncated or unreadable."""
 
 
+class CorruptDataError(StrataError):
+    """A data file is truncated or unreadable."""
+
+
 class SnapshotNotFoundError(StrataError, KeyError):
     pass

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from strata.errors import CorruptDataError
 from strata.fs import FileIO
 from strata.scan.predicate import ColumnStats, Predicate
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
@@ -64,6 +65,17 @@ def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predica
     """Yield the file's rows in order, in batches, skipping row groups `prune` rules out.
 
     `stat_names` maps predicate field names to file column names for row-group statistics."""
+    try:
+        yield from _read_file(file_io, path, mapping, prune, stat_names, batch_rows)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as exc:
+        # Arrow's messages do not say which file: name it, or nobody can repair the table
+        raise CorruptDataError(f"data file {path} is unreadable: {exc}") from None
+
+
+def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
+               stat_names: dict[str, str] | None, batch_rows: int) -> Iterator[pa.Table]:
     fs, _ = file_io.arrow_fs()
     with fs.open_input_file(file_io.arrow_path(path)) as source:
         parquet = pq.ParquetFile(source)

@@ -88,19 +88,26 @@ def _same_values(before: pa.ChunkedArray, after: pa.ChunkedArray) -> bool:
     timestamp -> date (time of day), double -> float (overflow to infinity)."""
     source, target = before.type, after.type
     if pa.types.is_floating(source) and pa.types.is_decimal(target):
-        return bool(pc.all(pc.equal(pc.cast(after, pa.float64()), pc.cast(before, pa.float64()))).as_py() is not False)
+        return _all_equal(pc.cast(after, pa.float64()), pc.cast(before, pa.float64()))
     if pa.types.is_timestamp(source) and pa.types.is_date(target):
-        return bool(pc.all(pc.equal(pc.cast(after, source), before)).as_py() is not False)
+        return _all_equal(pc.cast(after, source), before)
     if pa.types.is_floating(source) and pa.types.is_floating(target):
         overflow = pc.and_(pc.is_finite(before), pc.invert(pc.is_finite(after)))
         return not pc.any(overflow).as_py()
     return True
 
 
+def _all_equal(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
+    return pc.all(pc.equal(a, b)).as_py() is not False  # nulls stay nulls
+
+
 def row_kinds(data: pa.Table, kinds: pa.Array | np.ndarray | list[str] | str | None,
               rowkind_field: str | None, where: str) -> np.ndarray | None:
     """Row kinds as int8 codes (0=+I, 1=-U, 2=+U, 3=-D), or None for all inserts."""
     if kinds is None and rowkind_field:
+        if rowkind_field not in data.column_names:
+            raise SchemaMismatchError(f"data written to {where} lacks the row kind column {rowkind_field!r} "
+                                      "(option rowkind.field)")
         kinds = data.column(rowkind_field).combine_chunks()
     if kinds is None:
         return None

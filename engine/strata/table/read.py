@@ -93,8 +93,13 @@ class TableRead:
         yield from merge_runs(runs, self.key_names, self.merge_function)
 
     def _run(self, split: DataSplit, files: list[DataFileMeta], wanted: list[str]) -> Iterator[pa.Table]:
+        # The key-only part of the filter can drop rows before merging: every record of a key
+        # carries the same key, so it keeps or drops all of them, and merging the survivors gives
+        # the same rows as merging everything and filtering after (which _finish still does).
+        expression = self.key_filter.to_arrow() if self.key_filter is not None else None
         for f in files:
-            yield from self._read(split, f, wanted, self.key_filter)
+            for batch in self._read(split, f, wanted, self.key_filter):
+                yield batch if expression is None else batch.filter(expression)
 
     def _read(self, split: DataSplit, f: DataFileMeta, wanted: list[str],
               prune: Predicate | None) -> Iterator[pa.Table]:
