@@ -11,6 +11,7 @@ from strata.catalog.base import Catalog, Identifier
 from strata.errors import (
     DatabaseNotEmptyError,
     DatabaseNotFoundError,
+    OptionError,
     SchemaMismatchError,
     TableAlreadyExistsError,
     TableNotFoundError,
@@ -144,6 +145,7 @@ def validate_schema(schema: TableSchema, where: str) -> None:
         raise SchemaMismatchError(f"append table {where} with bucket={bucket} needs option 'bucket-key'")
     if not schema.primary_keys and bucket == -2:
         raise SchemaMismatchError(f"postpone bucket is not supported (table {where})")
+    _check_supported(schema, core, where)
     for key in schema.bucket_keys() if bucket > 0 else []:
         if key not in names:
             raise SchemaMismatchError(f"bucket-key column {key!r} of table {where} is not a column")
@@ -151,6 +153,22 @@ def validate_schema(schema: TableSchema, where: str) -> None:
             raise SchemaMismatchError(f"bucket-key {key!r} of table {where} cannot be a partition key")
         if schema.primary_keys and key not in schema.primary_keys:
             raise SchemaMismatchError(f"bucket-key {key!r} of table {where} must be part of the primary key")
+
+
+def _check_supported(schema: TableSchema, core: opts.CoreOptions, where: str) -> None:
+    """Refuse features Strata would silently get wrong (rather than write an unreadable table)."""
+    from strata.mergetree.merge_function import merge_function_for
+
+    if schema.primary_keys:
+        try:
+            merge_function_for(schema.options)
+        except NotImplementedError as exc:
+            raise OptionError(f"table {where}: {exc}") from None
+    if core.get("deletion-vectors.enabled"):
+        raise OptionError(f"table {where}: deletion-vectors.enabled=true is not supported yet")
+    rowkind = core.get_str("rowkind.field")
+    if rowkind and (rowkind not in schema.field_names or not schema.field(rowkind).type.is_string):
+        raise SchemaMismatchError(f"rowkind.field {rowkind!r} of table {where} must name a STRING column")
 
 
 def load_catalog(warehouse: str, **options: str) -> Catalog:

@@ -1,9 +1,15 @@
-"""Writing Arrow tables to rolling Parquet data files and describing them as DataFileMeta."""
+"""Writing Arrow tables to rolling Parquet data files and describing them as DataFileMeta.
+
+Files roll at the target size. Statistics are accumulated batch by batch, so a compaction can
+stream its merged output through one writer in bounded memory.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -11,7 +17,7 @@ import pyarrow.parquet as pq
 
 from strata.format import binary_row
 from strata.fs import FileIO
-from strata.io.stats import column_stats
+from strata.io.stats import _truncate_max, _truncate_min
 from strata.manifest.data_file_meta import DataFileMeta, FileSource
 from strata.manifest.simple_stats import SimpleStats
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
@@ -33,77 +39,149 @@ class WriterConfig:
     stats_truncate: int | None
 
 
+@dataclass
+class _ColumnStats:
+    """Running min / max / null count of one column across batches."""
+
+    min: Any = None
+    max: Any = None
+    nulls: int = 0
+
+    def add(self, column: pa.ChunkedArray | pa.Array, with_min_max: bool) -> None:
+        self.nulls += column.null_count
+        if not with_min_max or column.null_count == len(column):
+            return
+        mm = pc.min_max(column)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo is not None and (self.min is None or lo < self.min):
+            self.min = lo
+        if hi is not None and (self.max is None or hi > self.max):
+            self.max = hi
+
+
+@dataclass
+class _OpenFile:
+    name: str
+    path: str
+    sink: Any
+    writer: pq.ParquetWriter
+    first_sequence: int
+    rows: int = 0
+    deletes: int = 0
+    min_seq: int | None = None
+    max_seq: int | None = None
+    min_key: list[Any] | None = None
+    max_key: list[Any] | None = None
+    value_stats: list[_ColumnStats] = field(default_factory=list)
+    key_stats: list[_ColumnStats] = field(default_factory=list)
+
+
 class DataFileWriter:
     """Writes the rows of one (partition, bucket) into files of about target_file_size."""
 
-    def __init__(self, file_io: FileIO, paths: PathFactory, bucket_dir: str, config: WriterConfig):
+    def __init__(self, file_io: FileIO, paths: PathFactory, bucket_dir: str, config: WriterConfig,
+                 name_prefix: str | None = None):
         self.file_io = file_io
         self.paths = paths
         self.bucket_dir = bucket_dir
         self.config = config
         self.has_key = bool(config.schema.primary_keys)
         self.file_schema = config.schema.file_arrow_schema()
+        self.key_names = [KEY_PREFIX + f.name for f in config.schema.key_fields()] if self.has_key else []
+        self.value_names = config.schema.field_names
+        self.name_prefix = name_prefix
 
     def write(self, table: pa.Table, level: int, file_source: int = FILE_SOURCE_APPEND,
               first_sequence: int = 0) -> list[DataFileMeta]:
-        """Write `table` (already in file layout and, for PK tables, sorted by key)."""
-        if table.num_rows == 0:
-            return []
-        table = table.cast(self.file_schema) if table.schema != self.file_schema else table
+        """Write `table` (in file layout and, for PK tables, sorted by key)."""
+        return self.write_stream([table], level, file_source, first_sequence)
+
+    def write_stream(self, tables: Iterable[pa.Table], level: int, file_source: int = FILE_SOURCE_APPEND,
+                     first_sequence: int = 0) -> list[DataFileMeta]:
+        """Write consecutive tables (each in key order after the previous) into rolling files."""
         metas: list[DataFileMeta] = []
-        start = 0
-        while start < table.num_rows:
-            end = self._write_one(table, start, level, file_source, first_sequence, metas)
-            start = end
+        current: _OpenFile | None = None
+        sequence = first_sequence
+        for table in tables:
+            if table.num_rows == 0:
+                continue
+            table = table if table.schema == self.file_schema else table.select(self.file_schema.names).cast(
+                self.file_schema)
+            for start in range(0, table.num_rows, ROLL_CHECK_ROWS):
+                chunk = table.slice(start, ROLL_CHECK_ROWS)
+                if current is None:
+                    current = self._open(sequence)
+                self._append(current, chunk)
+                sequence += chunk.num_rows
+                if current.sink.tell() >= self.config.target_file_size:
+                    metas.append(self._close(current, level, file_source))
+                    current = None
+        if current is not None:
+            metas.append(self._close(current, level, file_source))
         return metas
 
-    def _write_one(self, table: pa.Table, start: int, level: int, file_source: int,
-                   first_sequence: int, metas: list[DataFileMeta]) -> int:
-        name = self.paths.new_data_file_name()
+    def _open(self, first_sequence: int) -> _OpenFile:
+        name = self.paths.new_changelog_file_name() if self.name_prefix == "changelog" \
+            else self.paths.new_data_file_name()
         path = f"{self.bucket_dir}/{name}"
-        fs, _ = self.file_io.arrow_fs()
         self.file_io.mkdirs(self.bucket_dir)
-        end = start
-        with fs.open_output_stream(self.file_io.arrow_path(path)) as sink:
-            writer = pq.ParquetWriter(sink, self.file_schema, compression=self.config.compression,
-                                      compression_level=self.config.compression_level,
-                                      write_statistics=True)
-            while end < table.num_rows:
-                chunk = table.slice(end, ROLL_CHECK_ROWS)
-                writer.write_table(chunk, row_group_size=ROW_GROUP_ROWS)
-                end += chunk.num_rows
-                if sink.tell() >= self.config.target_file_size:
-                    break
-            writer.close()
-        size = self.file_io.file_size(path)
-        rows = table.slice(start, end - start)
-        metas.append(self._meta(name, size, rows, level, file_source, first_sequence + start))
-        return end
+        fs, _ = self.file_io.arrow_fs()
+        sink = fs.open_output_stream(self.file_io.arrow_path(path))
+        writer = pq.ParquetWriter(sink, self.file_schema, compression=self.config.compression,
+                                  compression_level=self.config.compression_level, write_statistics=True)
+        return _OpenFile(name, path, sink, writer, first_sequence,
+                         value_stats=[_ColumnStats() for _ in self.value_names],
+                         key_stats=[_ColumnStats() for _ in self.key_names])
 
-    def _meta(self, name: str, size: int, rows: pa.Table, level: int, file_source: int,
-              first_sequence: int) -> DataFileMeta:
+    def _append(self, f: _OpenFile, chunk: pa.Table) -> None:
+        f.writer.write_table(chunk, row_group_size=ROW_GROUP_ROWS)
+        f.rows += chunk.num_rows
+        with_min_max = self.config.stats_truncate != 0
+        for stats, name in zip(f.value_stats, self.value_names, strict=True):
+            stats.add(chunk.column(name), with_min_max)
+        if not self.has_key:
+            return
+        for stats, name in zip(f.key_stats, self.key_names, strict=True):
+            stats.add(chunk.column(name), True)
+        if f.min_key is None:
+            f.min_key = [chunk.column(k)[0].as_py() for k in self.key_names]
+        f.max_key = [chunk.column(k)[-1].as_py() for k in self.key_names]
+        seq = pc.min_max(chunk.column(SEQUENCE_NUMBER))
+        lo, hi = int(seq["min"].as_py()), int(seq["max"].as_py())
+        f.min_seq = lo if f.min_seq is None else min(f.min_seq, lo)
+        f.max_seq = hi if f.max_seq is None else max(f.max_seq, hi)
+        kinds = chunk.column(VALUE_KIND)
+        f.deletes += int(pc.sum(pc.is_in(kinds, pa.array([1, 3], pa.int8()))).as_py() or 0)
+
+    def _close(self, f: _OpenFile, level: int, file_source: int) -> DataFileMeta:
+        f.writer.close()
+        f.sink.close()
+        size = self.file_io.file_size(f.path)
         schema = self.config.schema
-        value_stats = column_stats([rows.column(f.name) for f in schema.fields], self.config.stats_truncate)
+        value_types = [fld.type.to_arrow() for fld in schema.fields]
+        value_stats = _simple_stats(f.value_stats, value_types, self.config.stats_truncate)
         if self.has_key:
-            key_names = [KEY_PREFIX + f.name for f in schema.key_fields()]
-            key_types = [rows.schema.field(k).type for k in key_names]
-            min_key = binary_row.serialize([rows.column(k)[0].as_py() for k in key_names], key_types)
-            max_key = binary_row.serialize([rows.column(k)[-1].as_py() for k in key_names], key_types)
-            key_stats = column_stats([rows.column(k) for k in key_names], None)
-            seq = pc.min_max(rows.column(SEQUENCE_NUMBER))
-            min_seq, max_seq = int(seq["min"].as_py()), int(seq["max"].as_py())
-            kinds = rows.column(VALUE_KIND)
-            deletes = int(pc.sum(pc.is_in(kinds, pa.array([1, 3], pa.int8()))).as_py() or 0)
+            key_types = [k.type.to_arrow() for k in schema.key_fields()]
+            min_key = binary_row.serialize(f.min_key or [], key_types)
+            max_key = binary_row.serialize(f.max_key or [], key_types)
+            key_stats = _simple_stats(f.key_stats, key_types, None)
+            min_seq, max_seq = f.min_seq or 0, f.max_seq or 0
         else:
             min_key = max_key = binary_row.EMPTY_ROW
             key_stats = SimpleStats.EMPTY
-            min_seq, max_seq = first_sequence, first_sequence + rows.num_rows - 1
-            deletes = 0
+            min_seq, max_seq = f.first_sequence, f.first_sequence + f.rows - 1
         return DataFileMeta(
-            file_name=name, file_size=size, row_count=rows.num_rows, min_key=min_key, max_key=max_key,
+            file_name=f.name, file_size=size, row_count=f.rows, min_key=min_key, max_key=max_key,
             key_stats=key_stats, value_stats=value_stats, min_sequence_number=min_seq,
             max_sequence_number=max_seq, schema_id=schema.id, level=level, extra_files=[],
-            creation_time=int(time.time() * 1000), delete_row_count=deletes, embedded_index=None,
-            file_source=FileSource(file_source), value_stats_cols=None, external_path=None, first_row_id=None,
-            write_cols=None,
+            creation_time=int(time.time() * 1000), delete_row_count=f.deletes, embedded_index=None,
+            file_source=FileSource(file_source), value_stats_cols=None, external_path=None,
+            first_row_id=None, write_cols=None,
         )
+
+
+def _simple_stats(stats: list[_ColumnStats], types: list[pa.DataType], truncate: int | None) -> SimpleStats:
+    mins = [_truncate_min(s.min, truncate) for s in stats]
+    maxs = [_truncate_max(s.max, truncate) for s in stats]
+    return SimpleStats(binary_row.serialize(mins, types), binary_row.serialize(maxs, types),
+                       [s.nulls for s in stats])

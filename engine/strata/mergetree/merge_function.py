@@ -58,6 +58,9 @@ def merge_function_for(options: dict[str, str]) -> MergeFunction:
     from strata.options import CoreOptions
 
     core = CoreOptions(options)
+    if core.sequence_fields():
+        # merging by write order instead would silently let older rows win
+        raise NotImplementedError("sequence.field is not supported yet")
     engine = core.merge_engine
     ignore_delete = bool(core.get("ignore-delete"))
     if engine == "deduplicate":

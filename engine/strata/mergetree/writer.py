@@ -3,11 +3,16 @@ for append tables. Both buffer rows in memory and flush them to level-0 files.""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
 from strata.io.data_file_writer import DataFileWriter
 from strata.manifest.data_file_meta import DataFileMeta
+from strata.mergetree.compact.manager import CompactManager
+from strata.mergetree.compact.task import CompactResult, FileReader, run_compaction
+from strata.mergetree.compact.universal import CompactUnit
 from strata.mergetree.merge_function import MergeFunction
 from strata.mergetree.sorting import sort_by_key
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
@@ -28,6 +33,7 @@ class BucketWriter:
         self.buffer: list[pa.Table] = []
         self.buffered_bytes = 0
         self.new_files: list[DataFileMeta] = []
+        self.compacted = CompactResult()
 
     def write(self, rows: pa.Table, kinds: np.ndarray | None) -> None:
         table = self._to_file_layout(rows, kinds)
@@ -43,30 +49,61 @@ class BucketWriter:
             return
         table = pa.concat_tables(self.buffer) if len(self.buffer) > 1 else self.buffer[0]
         self.buffer, self.buffered_bytes = [], 0
-        self.new_files.extend(self._flush_table(table))
+        files = self._flush_table(table)
+        self.new_files.extend(files)
+        self._after_flush(files)
 
     def _flush_table(self, table: pa.Table) -> list[DataFileMeta]:
         return self.file_writer.write(table, level=0, first_sequence=self.next_sequence - table.num_rows)
 
-    def prepare_commit(self) -> CommitMessage:
+    def _after_flush(self, files: list[DataFileMeta]) -> None:
+        """Hook for compaction."""
+
+    def compact(self, full: bool) -> None:
+        """Hook for compaction on demand."""
+
+    def prepare_commit(self, wait_compaction: bool = False) -> CommitMessage:
         self.flush()
-        message = CommitMessage(self.partition, self.bucket, self.total_buckets, new_files=self.new_files)
+        self._collect_compaction(wait_compaction)
+        message = CommitMessage(self.partition, self.bucket, self.total_buckets, new_files=self.new_files,
+                                compact_before=self.compacted.before, compact_after=self.compacted.after)
         self.new_files = []
+        self.compacted = CompactResult()
         return message
+
+    def _collect_compaction(self, blocking: bool) -> None:
+        """Hook for compaction."""
+
+    def close(self) -> None:
+        """Hook for compaction."""
 
 
 class AppendBucketWriter(BucketWriter):
     """Append tables: rows keep their arrival order within the bucket."""
 
 
+@dataclass
+class CompactionContext:
+    """What a primary-key writer needs to compact its bucket."""
+
+    manager: CompactManager | None  # None: write-only
+    read: FileReader
+
+
 class KeyValueBucketWriter(BucketWriter):
-    """Primary-key tables: each flush is one sorted, merged run at level 0."""
+    """Primary-key tables: each flush is one sorted, merged run at level 0, compacted in the
+    background by universal compaction."""
 
     def __init__(self, schema: TableSchema, partition: bytes, bucket: int, total_buckets: int,
-                 file_writer: DataFileWriter, next_sequence: int, merge_function: MergeFunction):
+                 file_writer: DataFileWriter, next_sequence: int, merge_function: MergeFunction,
+                 compaction: CompactionContext):
         super().__init__(schema, partition, bucket, total_buckets, file_writer, next_sequence)
         self.merge_function = merge_function
         self.key_names = [KEY_PREFIX + f.name for f in schema.key_fields()]
+        self.compaction = compaction
+        manager = compaction.manager
+        if manager is not None:
+            manager.runner = self._run_unit
 
     def _to_file_layout(self, rows: pa.Table, kinds: np.ndarray | None) -> pa.Table:
         n = rows.num_rows
@@ -82,3 +119,63 @@ class KeyValueBucketWriter(BucketWriter):
         order = sort_by_key(table, self.key_names, None)
         merged = self.merge_function.merge(table.take(order), self.key_names)
         return self.file_writer.write(merged, level=0)
+
+    # -- compaction ------------------------------------------------------------------------------
+    def _run_unit(self, unit: CompactUnit, drop_delete: bool) -> CompactResult:
+        return run_compaction(unit, self.compaction.read, self.file_writer, self.key_names,
+                              self.merge_function, drop_delete)
+
+    def _after_flush(self, files: list[DataFileMeta]) -> None:
+        manager = self.compaction.manager
+        if manager is None:
+            return
+        for f in files:
+            manager.levels.add_level0(f)
+        self._collect_compaction(blocking=False)
+        while manager.should_stall() and manager.running:
+            manager.stalls += 1
+            self._collect_compaction(blocking=True)
+            manager.trigger()
+        manager.trigger()
+
+    def compact(self, full: bool) -> None:
+        manager = self.compaction.manager
+        if manager is None:
+            return
+        self.flush()
+        self._collect_compaction(blocking=True)
+        manager.trigger(full=full)
+        self._collect_compaction(blocking=True)
+
+    def _collect_compaction(self, blocking: bool) -> None:
+        manager = self.compaction.manager
+        if manager is None:
+            return
+        blocking = blocking or manager.levels.number_of_sorted_runs() > manager.stop_trigger + 1
+        result = manager.collect(blocking)
+        if result is None:
+            return
+        self._absorb(result)
+
+    def _absorb(self, result: CompactResult) -> None:
+        """Fold a compaction result into what the next commit reports. Files created and
+        compacted away before any commit saw them are simply deleted."""
+        uncommitted = {f.file_name for f in self.new_files} | {f.file_name for f in self.compacted.after}
+        upgraded = {f.file_name for f in result.after}
+        for f in result.before:
+            if f.file_name in uncommitted:
+                self.new_files = [n for n in self.new_files if n.file_name != f.file_name]
+                self.compacted.after = [a for a in self.compacted.after if a.file_name != f.file_name]
+                if f.file_name not in upgraded:
+                    self.file_writer.file_io.delete(f"{self.file_writer.bucket_dir}/{f.file_name}")
+            else:
+                self.compacted.before.append(f)
+        for f in result.after:
+            if f.file_name in {n.file_name for n in self.new_files}:
+                continue
+            self.compacted.after.append(f)
+
+    def close(self) -> None:
+        manager = self.compaction.manager
+        if manager is not None and manager.future is not None:
+            manager.future.cancel()

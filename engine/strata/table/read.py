@@ -30,6 +30,9 @@ class TableRead:
     def __init__(self, table: Table, columns: Sequence[str] | None = None, filter: Predicate | None = None):
         self.table = table
         self.schema = table.schema
+        if table.core.get("deletion-vectors.enabled"):
+            # ignoring the deletion vectors of a table another engine wrote would resurrect rows
+            raise NotImplementedError(f"table {table.identifier} uses deletion vectors: not supported yet")
         self.columns = list(columns) if columns is not None else self.schema.field_names
         for name in self.columns:
             self.schema.field(name)  # clear error for an unknown column

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,7 +15,13 @@ from strata.format import binary_row
 from strata.format.bucket import bucket_ids
 from strata.io.data_file_writer import DataFileWriter, WriterConfig
 from strata.mergetree.merge_function import merge_function_for
-from strata.mergetree.writer import AppendBucketWriter, BucketWriter, KeyValueBucketWriter
+from strata.io.data_file_reader import ColumnMapping, read_file
+from strata.manifest.data_file_meta import DataFileMeta
+from strata.mergetree.compact.manager import CompactManager
+from strata.mergetree.compact.universal import UniversalCompaction
+from strata.mergetree.levels import Levels
+from strata.mergetree.writer import AppendBucketWriter, BucketWriter, CompactionContext, KeyValueBucketWriter
+from strata.operation.commit import key_decoder
 from strata.options import CoreOptions
 from strata.table.commit_message import CommitMessage
 from strata.table.conform import conform, row_kinds, to_arrow_table
@@ -37,7 +44,12 @@ class TableWrite:
         self.buffer_limit = int(self.core.get("write-buffer-size"))
         self.writers: dict[tuple[bytes, int], BucketWriter] = {}
         self.partition_dirs: dict[bytes, str] = {}
-        self._restored: dict[bytes, dict[int, int]] | None = None
+        self._restored: dict[tuple[bytes, int], list[DataFileMeta]] | None = None
+        self.write_only = bool(self.core.get("write-only"))
+        full_every = self.core.get("full-compaction.delta-commits")
+        self.full_compaction_every = int(full_every) if full_every is not None else None
+        self.commits_prepared = 0
+        self._executor: ThreadPoolExecutor | None = None
         self.merge_function = merge_function_for(self.schema.options) if self.schema.primary_keys else None
         level = self.core.get("file.compression.zstd-level")
         compression = str(self.core.get("file.compression"))
@@ -86,7 +98,9 @@ class TableWrite:
         first = groups[0]
         if (groups == first).all():
             return [((partitions[int(first) // width], int(first) % width), None)]
-        order = np.argsort(groups, kind="stable")
+        # a stable sort of small non-negative codes: numpy radix-sorts 16-bit keys in linear time
+        sort_keys = groups.astype(np.uint16) if int(groups.max()) < 2**16 else groups
+        order = np.argsort(sort_keys, kind="stable")
         sorted_groups = groups[order]
         cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
         out: list[tuple[tuple[bytes, int], np.ndarray | None]] = []
@@ -106,13 +120,18 @@ class TableWrite:
             indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
             dictionaries.append(encoded.dictionary)
             codes = codes * len(encoded.dictionary) + indices
-        unique_codes, inverse = np.unique(codes, return_inverse=True)
+        if len(fields) == 1:
+            # the dictionary holds exactly the values present: its indices are already dense codes
+            unique_codes, inverse = np.arange(len(dictionaries[0]), dtype=np.int64), codes
+        else:
+            unique_codes, inverse = np.unique(codes, return_inverse=True)
         types = [f.type.to_arrow() for f in fields]
         partitions = []
-        for code in unique_codes:
+        for unique_code in unique_codes:
             values = []
+            code = int(unique_code)
             for dictionary in reversed(dictionaries):
-                code, idx = divmod(int(code), len(dictionary))
+                code, idx = divmod(code, len(dictionary))
                 values.append(dictionary[idx].as_py())
             values.reverse()
             key = binary_row.serialize(values, types)
@@ -126,25 +145,45 @@ class TableWrite:
         if writer is None:
             bucket_dir = self.paths.bucket_dir(self.partition_dirs.get(partition, ""), bucket)
             file_writer = DataFileWriter(self.table.file_io, self.paths, bucket_dir, self.config)
-            next_seq = self._restored_sequence(partition, bucket)
+            restored = self._restored_files(partition, bucket)
+            next_seq = max((f.max_sequence_number for f in restored), default=-1) + 1
             total = self.num_buckets if self.num_buckets > 0 else -1
             if self.merge_function is not None:
+                context = CompactionContext(self._compact_manager(restored), self._file_reader(bucket_dir))
                 writer = KeyValueBucketWriter(self.schema, partition, bucket, total, file_writer,
-                                              next_seq, self.merge_function)
+                                              next_seq, self.merge_function, context)
             else:
                 writer = AppendBucketWriter(self.schema, partition, bucket, total, file_writer, next_seq)
             self.writers[(partition, bucket)] = writer
         return writer
 
-    def _restored_sequence(self, partition: bytes, bucket: int) -> int:
-        """Next sequence number of a bucket: max over its live files + 1 (sequence init SCAN)."""
+    def _restored_files(self, partition: bytes, bucket: int) -> list[DataFileMeta]:
+        """Live files of a bucket in the latest snapshot (sequence numbers and LSM levels restore
+        from them), read once per writer."""
         if self._restored is None:
             self._restored = {}
             for entry in self.table.new_scan().plan_entries():
-                per_bucket = self._restored.setdefault(entry.partition, {})
-                seq = entry.file.max_sequence_number
-                per_bucket[entry.bucket] = max(per_bucket.get(entry.bucket, -1), seq)
-        return self._restored.get(partition, {}).get(bucket, -1) + 1
+                self._restored.setdefault((entry.partition, entry.bucket), []).append(entry.file)
+        return self._restored.get((partition, bucket), [])
+
+    def _compact_manager(self, restored: list[DataFileMeta]) -> CompactManager | None:
+        if self.write_only:
+            return None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-compact")
+        levels = Levels(self.core.num_levels, key_decoder(self.schema), restored)
+        strategy = UniversalCompaction(int(self.core.get("compaction.max-size-amplification-percent")),
+                                       int(self.core.get("compaction.size-ratio")), self.core.compaction_trigger)
+        return CompactManager(levels, strategy, self._executor, lambda unit, drop: None,  # type: ignore[arg-type,return-value]
+                              self.core.stop_trigger)
+
+    def _file_reader(self, bucket_dir: str):  # noqa: ANN202 - returns a FileReader
+        file_names = self.schema.file_arrow_schema().names
+
+        def read(f: DataFileMeta):  # noqa: ANN202
+            mapping = ColumnMapping(self.schema, self.table.schema_at(f.schema_id), file_names)
+            return read_file(self.table.file_io, f"{bucket_dir}/{f.file_name}", mapping)
+        return read
 
     def _bound_memory(self) -> None:
         """Flush the largest buffers until the writer is back under half its budget."""
@@ -161,12 +200,40 @@ class TableWrite:
     def prepare_commit(self) -> list[CommitMessage]:
         if self.closed:
             raise WriterClosedError(f"writer of {self.where} is closed")
+        self.commits_prepared += 1
+        full = self.full_compaction_every is not None and self.commits_prepared % self.full_compaction_every == 0
+        if full:
+            self.compact(full=True)
         messages = [w.prepare_commit() for w in self.writers.values()]
         return [m for m in messages if not m.is_empty()]
 
+    def compact(self, full: bool = False, partitions: list[bytes] | None = None) -> None:
+        """Compact every bucket this writer knows, plus every live bucket of the table (the
+        dedicated compaction job); `full` rewrites each bucket into its top level."""
+        self._restored_files(b"", 0)
+        assert self._restored is not None
+        for partition, bucket in list(self._restored):
+            if partitions is None or partition in partitions:
+                self._writer_for_existing(partition, bucket)
+        for (partition, _), writer in list(self.writers.items()):
+            if partitions is None or partition in partitions:
+                writer.compact(full)
+
+    def _writer_for_existing(self, partition: bytes, bucket: int) -> BucketWriter:
+        if partition not in self.partition_dirs:
+            fields = self.schema.partition_fields()
+            values = binary_row.deserialize(partition, [f.type.to_arrow() for f in fields]) if fields else []
+            self.partition_dirs[partition] = partition_path(fields, values, str(self.core.get("partition.default-name")))
+        return self._writer(partition, bucket)
+
     def close(self) -> None:
         """Discard unflushed rows; files of uncommitted messages are left to orphan cleanup."""
+        for writer in self.writers.values():
+            writer.close()
         self.writers.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
         self.closed = True
 
     def __enter__(self) -> TableWrite:

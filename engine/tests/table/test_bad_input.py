@@ -321,3 +321,38 @@ def test_damaged_data_file_names_the_file(table, how):
     fresh = table.catalog.get_table(str(table.identifier))
     with pytest.raises((StrataError, OSError), match=split.files[0].file_name):
         fresh.to_arrow()
+
+
+# -- features Strata would get wrong are refused, not ignored ------------------------------------------
+
+@pytest.mark.parametrize("options,culprit", [
+    ({"sequence.field": "small"}, "sequence.field"),
+    ({"merge-engine": "partial-update"}, "partial-update"),
+    ({"merge-engine": "aggregation"}, "aggregation"),
+    ({"deletion-vectors.enabled": "true"}, "deletion-vectors"),
+    ({"rowkind.field": "nope"}, "rowkind.field"),
+    ({"rowkind.field": "small"}, "rowkind.field"),
+])
+def test_unsupported_features_are_refused(catalog, options, culprit):
+    with pytest.raises(StrataError, match=culprit):
+        catalog.create_table("db.u", SCHEMA, primary_keys=["id"], options={"bucket": "1", **options})
+    assert not catalog.table_exists("db.u")
+
+
+def test_foreign_table_with_sequence_field_is_not_misread(catalog):
+    """A table another engine created with sequence.field must not be read by write order."""
+    import json
+
+    table = catalog.create_table("db.seq", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
+    table.write(batch([1]))
+    path = os.path.join(table.path, "schema", "schema-0")
+    with open(path) as f:
+        schema = json.load(f)
+    schema["options"]["sequence.field"] = "small"
+    with open(path, "w") as f:
+        json.dump(schema, f)
+    fresh = catalog.get_table("db.seq")
+    with pytest.raises(NotImplementedError, match="sequence.field"):
+        fresh.to_arrow()
+    with pytest.raises(NotImplementedError, match="sequence.field"):
+        fresh.write(batch([2]))

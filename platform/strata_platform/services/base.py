@@ -277,10 +277,16 @@ def listening_sockets(pid: int) -> set[tuple[str, int]]:
     inodes: set[str] = set()
     for proc in members:
         try:
-            links = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+            fds = list((proc / "fd").iterdir())
         except OSError:
             continue
-        inodes |= {link[8:-1] for link in links if link.startswith("socket:[")}
+        for fd in fds:
+            try:  # a busy process opens and closes descriptors while we look
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
     found: set[tuple[str, int]] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:

@@ -1,0 +1,1 @@
+"""Compaction of primary-key buckets (universal strategy) and of append tables."""

@@ -1,0 +1,57 @@
+"""The compaction manager of one bucket: picks units, runs them in the background, and stalls
+the writer only when the number of sorted runs passes the stop trigger."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+
+from strata.mergetree.compact.task import CompactResult
+from strata.mergetree.compact.universal import CompactUnit, UniversalCompaction
+from strata.mergetree.levels import Levels
+
+Runner = Callable[[CompactUnit, bool], CompactResult]
+
+
+class CompactManager:
+    def __init__(self, levels: Levels, strategy: UniversalCompaction, executor: Executor, runner: Runner,
+                 stop_trigger: int):
+        self.levels = levels
+        self.strategy = strategy
+        self.executor = executor
+        self.runner = runner
+        self.stop_trigger = stop_trigger
+        self.future: Future[CompactResult] | None = None
+        self.stalls = 0
+
+    def trigger(self, full: bool = False) -> None:
+        """Submit a compaction if none is running and the strategy (or `full`) picks one."""
+        if self.future is not None:
+            return
+        runs = self.levels.sorted_runs()
+        if full:
+            if not runs or (len(runs) == 1 and runs[0].level == self.levels.max_level):
+                return
+            unit: CompactUnit | None = CompactUnit(self.levels.max_level, runs)
+        else:
+            unit = self.strategy.pick(self.levels.num_levels, runs)
+        if unit is None or not unit.files:
+            return
+        drop_delete = unit.output_level != 0 and unit.output_level >= self.levels.highest_non_empty_level()
+        self.future = self.executor.submit(self.runner, unit, drop_delete)
+
+    def should_stall(self) -> bool:
+        return self.levels.number_of_sorted_runs() > self.stop_trigger
+
+    def collect(self, blocking: bool) -> CompactResult | None:
+        """The finished compaction's result (applied to the levels), or None."""
+        if self.future is None or (not blocking and not self.future.done()):
+            return None
+        future, self.future = self.future, None
+        result = future.result()
+        self.levels.update(result.before, result.after)
+        return result
+
+    @property
+    def running(self) -> bool:
+        return self.future is not None

@@ -1,0 +1,76 @@
+"""Universal compaction (RocksDB style, Paimon's UniversalCompaction): which runs to merge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strata.mergetree.levels import SortedRun
+
+
+@dataclass
+class CompactUnit:
+    output_level: int
+    runs: list[SortedRun]
+
+    @property
+    def files(self) -> list:
+        return [f for r in self.runs for f in r.files]
+
+
+@dataclass
+class UniversalCompaction:
+    max_size_amp: int = 200  # compaction.max-size-amplification-percent
+    size_ratio: int = 1  # compaction.size-ratio
+    trigger: int = 5  # num-sorted-run.compaction-trigger
+
+    def pick(self, num_levels: int, runs: list[SortedRun]) -> CompactUnit | None:
+        """Runs are newest first. Returns the unit to compact, or None."""
+        max_level = num_levels - 1
+        unit = self._size_amplification(max_level, runs)
+        if unit is not None:
+            return unit
+        unit = self._size_ratio(max_level, runs, 1, force=False)
+        if unit is not None:
+            return unit
+        if len(runs) > self.trigger:
+            return self._size_ratio(max_level, runs, len(runs) - self.trigger + 1, force=True)
+        return None
+
+    def _size_amplification(self, max_level: int, runs: list[SortedRun]) -> CompactUnit | None:
+        if len(runs) < self.trigger:
+            return None
+        candidate = sum(r.total_size for r in runs[:-1])
+        earliest = runs[-1].total_size
+        if candidate * 100 > self.max_size_amp * earliest:
+            return CompactUnit(max_level, list(runs))
+        return None
+
+    def _size_ratio(self, max_level: int, runs: list[SortedRun], count: int, force: bool) -> CompactUnit | None:
+        if len(runs) < self.trigger and not force:
+            return None
+        candidate = sum(r.total_size for r in runs[:count])
+        while count < len(runs):
+            nxt = runs[count]
+            if candidate * (100 + self.size_ratio) / 100 < nxt.total_size:
+                break
+            candidate += nxt.total_size
+            count += 1
+        if force or count > 1:
+            return create_unit(runs, max_level, count)
+        return None
+
+
+def create_unit(runs: list[SortedRun], max_level: int, count: int) -> CompactUnit:
+    """Output to the level below the next unpicked run, never level 0; all runs -> max level."""
+    if count >= len(runs):
+        return CompactUnit(max_level, list(runs))
+    output = max(0, runs[count].level - 1)
+    if output == 0:
+        for i in range(count, len(runs)):
+            count += 1
+            if runs[i].level != 0:
+                output = runs[i].level
+                break
+    if count >= len(runs):
+        output = max_level
+    return CompactUnit(output, list(runs[:count]))
