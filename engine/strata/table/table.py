@@ -135,6 +135,23 @@ class Table:
             return read._schema(True).empty_table()
         return read.to_arrow(splits)
 
+    def compact(self, full: bool = False, partition: Mapping[str, Any] | None = None,
+                commit_user: str | None = None) -> CommitResult:
+        """The dedicated compaction job for this table (or one partition): a COMPACT snapshot."""
+        partitions = None
+        if partition is not None:
+            partitions = [self.new_commit()._partition_bytes(partition)]
+        if self.schema.primary_keys:
+            with TableWrite(self, compaction=True) as writer:
+                writer.compact(full=full, partitions=partitions)
+                messages = writer.prepare_commit()
+        else:
+            from strata.operation.append_compact import plan_append_compaction, run_append_compaction
+
+            messages = [run_append_compaction(self, task)
+                        for task in plan_append_compaction(self, full, partitions)]
+        return self.new_commit(commit_user).commit(messages)
+
     # -- metadata -----------------------------------------------------------------------------------
     def latest_snapshot(self) -> Snapshot | None:
         return self.snapshot_manager.latest()

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 class TableWrite:
     """Accepts Arrow/pandas data for one table; `prepare_commit` returns the commit messages."""
 
-    def __init__(self, table: Table):
+    def __init__(self, table: Table, compaction: bool | None = None):
+        """`compaction` overrides `write-only` (True for the dedicated compaction job)."""
         self.table = table
         self.schema = table.schema
         self.core = CoreOptions(self.schema.options)
@@ -45,7 +46,7 @@ class TableWrite:
         self.writers: dict[tuple[bytes, int], BucketWriter] = {}
         self.partition_dirs: dict[bytes, str] = {}
         self._restored: dict[tuple[bytes, int], list[DataFileMeta]] | None = None
-        self.write_only = bool(self.core.get("write-only"))
+        self.write_only = not compaction if compaction is not None else bool(self.core.get("write-only"))
         full_every = self.core.get("full-compaction.delta-commits")
         self.full_compaction_every = int(full_every) if full_every is not None else None
         self.commits_prepared = 0

@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -305,7 +306,23 @@ class TrinoService(Service):
         with urllib.request.urlopen(f"{self.url}/v1/info", timeout=2) as resp:
             if json.load(resp).get("starting", True):
                 return False
-        return self.query("SELECT 1") == [[1]]
+        # the node must have announced itself: connectors that place data on workers (memory,
+        # and any writer) fail with "No nodes available" until it has
+        return self.query("SELECT count(*) FROM system.runtime.nodes WHERE state = 'active'") == [[1]]
+
+    def after_start(self) -> None:
+        """Warm up: a write/read round trip must succeed before the service counts as started."""
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.round_trip("memory")
+                return
+            except Exception as exc:
+                if time.monotonic() > deadline:
+                    raise ServiceError(f"trino answers but cannot write to memory: {exc}") from exc
+                with open(self.log_file, "a") as log:
+                    log.write(f"strata: warm-up round trip failed, retrying: {exc!r}\n")
+                time.sleep(2)
 
     # -- check --------------------------------------------------------------------------
     def check(self) -> str:
