@@ -190,7 +190,7 @@ def combine(workload: str, mine: dict[str, Any], ref: dict[str, Any]) -> dict[st
         ratio = mine["latency_ms"] / ref["latency_ms"] if ref["latency_ms"] > 0 else float("inf")
         row.update({
             "latency_ms": round(mine["latency_ms"], 3), "reference_latency_ms": round(ref["latency_ms"], 3),
-            "ratio": round(ratio, 4),
+            "ratio": _sig(ratio),
             "runs_ms": [round(t, 3) for t in mine["runs_ms"]],
             "reference_runs_ms": [round(t, 3) for t in ref["runs_ms"]],
             "rows_per_query": mine["rows_per_query"],
@@ -204,7 +204,7 @@ def combine(workload: str, mine: dict[str, Any], ref: dict[str, Any]) -> dict[st
             "rows": mine["rows"], "seconds": round(mine["seconds"], 4),
             "rows_per_s": round(rows_per_s, 1), "reference_rows": ref["rows"],
             "reference_seconds": round(ref["seconds"], 4),
-            "reference_rows_per_s": round(ref_rows_per_s, 1), "ratio": round(ratio, 4),
+            "reference_rows_per_s": round(ref_rows_per_s, 1), "ratio": _sig(ratio),
         })
         if "digest" in mine:
             row["verified"] = mine["digest"] == ref["digest"]
@@ -220,6 +220,10 @@ def combine(workload: str, mine: dict[str, Any], ref: dict[str, Any]) -> dict[st
     if extras:
         row["details"] = extras
     return row
+
+
+def _sig(value: float, digits: int = 6) -> float:
+    return float(f"{value:.{digits}g}")
 
 
 def machine_info() -> dict[str, Any]:

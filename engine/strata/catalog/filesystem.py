@@ -166,6 +166,8 @@ def _check_supported(schema: TableSchema, core: opts.CoreOptions, where: str) ->
             raise OptionError(f"table {where}: {exc}") from None
     if core.get("deletion-vectors.enabled"):
         raise OptionError(f"table {where}: deletion-vectors.enabled=true is not supported yet")
+    if not core.get("partition.legacy-name"):
+        raise OptionError(f"table {where}: partition.legacy-name=false is not supported yet")
     rowkind = core.get_str("rowkind.field")
     if rowkind and (rowkind not in schema.field_names or not schema.field(rowkind).type.is_string):
         raise SchemaMismatchError(f"rowkind.field {rowkind!r} of table {where} must name a STRING column")

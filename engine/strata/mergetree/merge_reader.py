@@ -13,33 +13,66 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from strata.mergetree.changelog import diff_changelog
 from strata.mergetree.merge_function import MergeFunction
 from strata.mergetree.sorting import _as_numpy, _numeric, sort_by_key
 from strata.schema.table_schema import SEQUENCE_NUMBER
 
 
 def merge_runs(runs: Sequence[Iterator[pa.Table]], key_names: Sequence[str],
-               merge_function: MergeFunction) -> Iterator[pa.Table]:
-    if len(runs) == 1:
-        yield from runs[0]
-        return
-    cursors = [_Cursor(run, key_names) for run in runs]
+               merge_function: MergeFunction, changelog: ChangelogSink | None = None) -> Iterator[pa.Table]:
+    """Merged rows in key order. With `changelog`, the changes each key undergoes relative to
+    run `changelog.top_run` (the previous full merge) are appended to `changelog.tables`."""
+    cursors = [_Cursor(run, key_names, i) for i, run in enumerate(runs)]
     cursors = [c for c in cursors if c.batch is not None]
     while cursors:
         if len(cursors) == 1:
-            yield from cursors[0].drain()
+            for batch in cursors[0].drain():
+                if changelog is not None and cursors[0].index != changelog.top_run:
+                    changelog.add(batch.slice(0, 0), batch, batch)
+                yield batch
             return
         bound = min(c.last_key() for c in cursors)
-        parts = [c.take_through(bound) for c in cursors]
-        combined = pa.concat_tables([p for p in parts if p.num_rows])
+        parts = [(c.index, c.take_through(bound)) for c in cursors]
+        combined = pa.concat_tables([p for _, p in parts if p.num_rows])
         order = sort_by_key(combined, key_names, SEQUENCE_NUMBER)
-        yield merge_function.merge(combined.take(order), key_names)
+        merged = merge_function.merge(combined.take(order), key_names)
+        if changelog is not None:
+            top = [p for i, p in parts if i == changelog.top_run]
+            others = [p.select(list(key_names)) for i, p in parts if i != changelog.top_run and p.num_rows]
+            before = top[0] if top else combined.slice(0, 0)
+            changelog.add(before, merged, pa.concat_tables(others) if others else combined.slice(0, 0))
+        yield merged
         cursors = [c for c in cursors if c.batch is not None]
 
 
+class ChangelogSink:
+    """Collects changelog rows produced while merging (see mergetree/changelog.py)."""
+
+    def __init__(self, top_run: int | None, key_names: Sequence[str], value_names: Sequence[str],
+                 row_deduplicate: bool):
+        self.top_run = top_run
+        self.key_names = list(key_names)
+        self.value_names = list(value_names)
+        self.row_deduplicate = row_deduplicate
+        self.tables: list[pa.Table] = []
+
+    def add(self, before: pa.Table, after: pa.Table, touched_keys: pa.Table) -> None:
+        """Only keys that new data touched change; keys seen only in the top run do not."""
+        if touched_keys.num_rows == 0:
+            return
+        keys = touched_keys.select(self.key_names)
+        before = before.join(keys, keys=self.key_names, join_type="left semi") if before.num_rows else before
+        after = after.join(keys, keys=self.key_names, join_type="left semi")
+        changes = diff_changelog(before, after, self.key_names, self.value_names, self.row_deduplicate)
+        if changes.num_rows:
+            self.tables.append(changes)
+
+
 class _Cursor:
-    def __init__(self, run: Iterator[pa.Table], key_names: Sequence[str]):
+    def __init__(self, run: Iterator[pa.Table], key_names: Sequence[str], index: int):
         self.run = run
+        self.index = index
         self.key_names = list(key_names)
         self.batch: pa.Table | None = None
         self._advance()

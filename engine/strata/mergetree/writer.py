@@ -11,7 +11,7 @@ import pyarrow as pa
 from strata.io.data_file_writer import DataFileWriter
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.compact.manager import CompactManager
-from strata.mergetree.compact.task import CompactResult, FileReader, run_compaction
+from strata.mergetree.compact.task import ChangelogOutput, CompactResult, FileReader, run_compaction
 from strata.mergetree.compact.universal import CompactUnit
 from strata.mergetree.merge_function import MergeFunction
 from strata.mergetree.sorting import sort_by_key
@@ -33,6 +33,7 @@ class BucketWriter:
         self.buffer: list[pa.Table] = []
         self.buffered_bytes = 0
         self.new_files: list[DataFileMeta] = []
+        self.changelog_files: list[DataFileMeta] = []
         self.compacted = CompactResult()
 
     def write(self, rows: pa.Table, kinds: np.ndarray | None) -> None:
@@ -66,8 +67,11 @@ class BucketWriter:
         self.flush()
         self._collect_compaction(wait_compaction)
         message = CommitMessage(self.partition, self.bucket, self.total_buckets, new_files=self.new_files,
-                                compact_before=self.compacted.before, compact_after=self.compacted.after)
+                                compact_before=self.compacted.before, compact_after=self.compacted.after,
+                                changelog_files=self.changelog_files,
+                                compact_changelog_files=self.compacted.changelog)
         self.new_files = []
+        self.changelog_files = []
         self.compacted = CompactResult()
         return message
 
@@ -84,10 +88,13 @@ class AppendBucketWriter(BucketWriter):
 
 @dataclass
 class CompactionContext:
-    """What a primary-key writer needs to compact its bucket."""
+    """What a primary-key writer needs to compact its bucket and produce its changelog."""
 
     manager: CompactManager | None  # None: write-only
     read: FileReader
+    changelog_producer: str = "none"  # none | input | full-compaction | lookup
+    changelog_writer: DataFileWriter | None = None
+    row_deduplicate: bool = False
 
 
 class KeyValueBucketWriter(BucketWriter):
@@ -117,13 +124,31 @@ class KeyValueBucketWriter(BucketWriter):
     def _flush_table(self, table: pa.Table) -> list[DataFileMeta]:
         # rows are buffered in sequence order and the sort is stable, so ties keep that order
         order = sort_by_key(table, self.key_names, None)
-        merged = self.merge_function.merge(table.take(order), self.key_names)
+        ordered = table.take(order)
+        context = self.compaction
+        if context.changelog_producer == "input" and context.changelog_writer is not None:
+            # the input is already a complete changelog: keep every record, in key order
+            self.changelog_files.extend(context.changelog_writer.write(ordered, level=0))
+        merged = self.merge_function.merge(ordered, self.key_names)
         return self.file_writer.write(merged, level=0)
+
+    def prepare_commit(self, wait_compaction: bool = False) -> CommitMessage:
+        if self.compaction.changelog_producer == "lookup" and self.compaction.manager is not None:
+            # the changelog of this commit comes from merging its new runs into the top level
+            self.flush()
+            if self.compaction.manager.levels.level0:
+                self.compact(full=True)
+        return super().prepare_commit(wait_compaction)
 
     # -- compaction ------------------------------------------------------------------------------
     def _run_unit(self, unit: CompactUnit, drop_delete: bool) -> CompactResult:
-        return run_compaction(unit, self.compaction.read, self.file_writer, self.key_names,
-                              self.merge_function, drop_delete)
+        context = self.compaction
+        changelog = None
+        full = context.manager is not None and unit.output_level == context.manager.levels.max_level
+        if full and context.changelog_producer in ("full-compaction", "lookup") and context.changelog_writer:
+            changelog = ChangelogOutput(context.changelog_writer, self.schema.field_names, context.row_deduplicate)
+        return run_compaction(unit, context.read, self.file_writer, self.key_names, self.merge_function,
+                              drop_delete, changelog)
 
     def _after_flush(self, files: list[DataFileMeta]) -> None:
         manager = self.compaction.manager
@@ -174,6 +199,7 @@ class KeyValueBucketWriter(BucketWriter):
             if f.file_name in {n.file_name for n in self.new_files}:
                 continue
             self.compacted.after.append(f)
+        self.compacted.changelog.extend(result.changelog)
 
     def close(self) -> None:
         manager = self.compaction.manager

@@ -41,6 +41,7 @@ class _Change:
     kind: str
     entries: list[ManifestEntry]
     overwrite_partitions: list[bytes] | None = None  # None: not an overwrite; []: whole table
+    changelog: list[ManifestEntry] = field(default_factory=list)
 
 
 class FileStoreCommit:
@@ -67,12 +68,14 @@ class FileStoreCommit:
             return CommitResult(skipped_as_duplicate=True)
         changes = []
         append = [e for m in messages for e in _entries(m, m.new_files, FileKind.ADD)]
-        if append:
-            changes.append(_Change(CommitKind.APPEND, append))
+        append_log = [e for m in messages for e in _entries(m, m.changelog_files, FileKind.ADD)]
+        if append or append_log:
+            changes.append(_Change(CommitKind.APPEND, append, changelog=append_log))
         compact = [e for m in messages for e in (*_entries(m, m.compact_before, FileKind.DELETE),
                                                  *_entries(m, m.compact_after, FileKind.ADD))]
-        if compact:
-            changes.append(_Change(CommitKind.COMPACT, compact))
+        compact_log = [e for m in messages for e in _entries(m, m.compact_changelog_files, FileKind.ADD)]
+        if compact or compact_log:
+            changes.append(_Change(CommitKind.COMPACT, compact, changelog=compact_log))
         if not changes and identifier == BATCH_COMMIT_IDENTIFIER:
             return CommitResult()
         if not changes:  # streaming: an empty commit still records progress of this identifier
@@ -195,6 +198,10 @@ class FileStoreCommit:
         merged_base = self.manifests.merge(base_metas, self.paths)
         base_name, base_size = self.manifests.write_manifest_list(merged_base, self.paths)
         delta_name, delta_size = self.manifests.write_manifest_list(delta_metas, self.paths)
+        log_name = log_size = None
+        if change.changelog:
+            log_metas = self.manifests.write_manifests(change.changelog, self.paths)
+            log_name, log_size = self.manifests.write_manifest_list(log_metas, self.paths)
         added = sum(e.file.row_count for e in entries if e.kind == FileKind.ADD)
         deleted = sum(e.file.row_count for e in entries if e.kind == FileKind.DELETE)
         kind = change.kind
@@ -207,7 +214,9 @@ class FileStoreCommit:
             delta_manifest_list=delta_name, delta_manifest_list_size=delta_size,
             commit_user=self.commit_user, commit_identifier=identifier, commit_kind=kind,
             time_millis=int(time.time() * 1000), total_record_count=total,
-            delta_record_count=added - deleted, changelog_record_count=0,
+            delta_record_count=added - deleted,
+            changelog_manifest_list=log_name, changelog_manifest_list_size=log_size,
+            changelog_record_count=sum(e.file.row_count for e in change.changelog),
             watermark=watermark if watermark is not None else (latest.watermark if latest else None),
             properties=properties or None, uuid=str(uuid.uuid4()),
             index_manifest=latest.index_manifest if latest else None)
@@ -230,7 +239,9 @@ class FileStoreCommit:
 
     def _cleanup_attempt(self, snapshot: Snapshot, delta_metas: list | None) -> None:
         """Delete the manifest lists of a lost attempt (delta manifests are reused)."""
-        for name in (snapshot.base_manifest_list, snapshot.delta_manifest_list):
+        for name in (snapshot.base_manifest_list, snapshot.delta_manifest_list, snapshot.changelog_manifest_list):
+            if name is None:
+                continue
             self.file_io.delete(self.manifests.path(name))
 
 

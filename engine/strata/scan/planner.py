@@ -117,6 +117,27 @@ class TableScan:
             s.row_kinds = True
         return splits
 
+    def plan_changelog(self, snapshot_id: int) -> list[DataSplit]:
+        """The changelog files a snapshot added, as splits that keep row kinds."""
+        snapshot = self.table.snapshot_manager.snapshot(snapshot_id)
+        if snapshot.changelog_manifest_list is None:
+            return []
+        store = self.table.manifest_store
+        entries = store.read_entries(store.read_manifest_list(snapshot.changelog_manifest_list))
+        splits = self._splits(snapshot.id, [e for e in entries if self._keep(e)])
+        for s in splits:
+            s.row_kinds = True
+        return splits
+
+    def plan_changes(self, snapshot_id: int) -> list[DataSplit]:
+        """What a streaming or incremental reader consumes for one snapshot: the changelog when
+        the table has a changelog producer, else the delta of non-compaction snapshots."""
+        if self.table.core.get("changelog-producer") != "none":
+            return self.plan_changelog(snapshot_id)
+        if self.table.snapshot_manager.snapshot(snapshot_id).commit_kind == "COMPACT":
+            return []
+        return self.plan_delta(snapshot_id)
+
     def _splits(self, snapshot_id: int, entries: list[ManifestEntry]) -> list[DataSplit]:
         grouped: dict[tuple[bytes, int], list[ManifestEntry]] = defaultdict(list)
         for e in entries:

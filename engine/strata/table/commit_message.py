@@ -15,7 +15,9 @@ class CommitMessage:
     new_files: list[DataFileMeta] = field(default_factory=list)
     compact_before: list[DataFileMeta] = field(default_factory=list)
     compact_after: list[DataFileMeta] = field(default_factory=list)
-    changelog_files: list[DataFileMeta] = field(default_factory=list)
+    changelog_files: list[DataFileMeta] = field(default_factory=list)  # with new_files (input producer)
+    compact_changelog_files: list[DataFileMeta] = field(default_factory=list)  # from compaction
 
     def is_empty(self) -> bool:
-        return not (self.new_files or self.compact_before or self.compact_after or self.changelog_files)
+        return not (self.new_files or self.compact_before or self.compact_after or self.changelog_files
+                    or self.compact_changelog_files)

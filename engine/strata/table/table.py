@@ -125,11 +125,10 @@ class Table:
 
     def read_incremental(self, start_exclusive: int, end_inclusive: int,
                          columns: Sequence[str] | None = None) -> pa.Table:
-        """Records added by snapshots (start, end], with a `_ROW_KIND` column (+I/-U/+U/-D)."""
+        """Changes of snapshots (start, end], with a `_ROW_KIND` column (+I/-U/+U/-D): the
+        changelog files with a changelog producer, else the records each commit wrote."""
         scan = self.new_scan()
-        splits = [s for sid in range(start_exclusive + 1, end_inclusive + 1)
-                  if self.snapshot_manager.snapshot(sid).commit_kind != "COMPACT"
-                  for s in scan.plan_delta(sid)]
+        splits = [s for sid in range(start_exclusive + 1, end_inclusive + 1) for s in scan.plan_changes(sid)]
         read = self.new_read(columns)
         if not splits:
             return read._schema(True).empty_table()

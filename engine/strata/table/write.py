@@ -150,7 +150,11 @@ class TableWrite:
             next_seq = max((f.max_sequence_number for f in restored), default=-1) + 1
             total = self.num_buckets if self.num_buckets > 0 else -1
             if self.merge_function is not None:
-                context = CompactionContext(self._compact_manager(restored), self._file_reader(bucket_dir))
+                producer = str(self.core.get("changelog-producer"))
+                context = CompactionContext(
+                    self._compact_manager(restored), self._file_reader(bucket_dir), producer,
+                    DataFileWriter(self.table.file_io, self.paths, bucket_dir, self.config, name_prefix="changelog"),
+                    bool(self.core.get("changelog-producer.row-deduplicate")))
                 writer = KeyValueBucketWriter(self.schema, partition, bucket, total, file_writer,
                                               next_seq, self.merge_function, context)
             else:

@@ -18,7 +18,7 @@ def _check_throughput(row: dict) -> None:
         assert isinstance(row[key], NUMBER), key
     assert row["rows"] > 0 and row["seconds"] > 0 and row["rows_per_s"] > 0
     assert row["reference_rows_per_s"] > 0 and row["peak_rss_mb"] > 0
-    assert row["ratio"] == pytest.approx(row["rows_per_s"] / row["reference_rows_per_s"], rel=1e-3)
+    assert row["ratio"] == pytest.approx(row["rows_per_s"] / row["reference_rows_per_s"], rel=1e-2)
     assert isinstance(row["pass"], bool)
 
 
@@ -45,7 +45,7 @@ def test_bench_tiny_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     w4 = rows["W4"]
     for key in ("latency_ms", "reference_latency_ms", "ratio", "peak_rss_mb"):
         assert isinstance(w4[key], NUMBER) and w4[key] > 0, key
-    assert w4["ratio"] == pytest.approx(w4["latency_ms"] / w4["reference_latency_ms"], rel=1e-3)
+    assert w4["ratio"] == pytest.approx(w4["latency_ms"] / w4["reference_latency_ms"], rel=1e-2)
     assert len(w4["runs_ms"]) == 7 and w4["verified"] is True
 
     printed = capsys.readouterr().out

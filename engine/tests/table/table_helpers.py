@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from strata import Table
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 # Every atomic type Strata supports, as (column name, Arrow type).
 ALL_TYPES: list[tuple[str, pa.DataType]] = [

@@ -4,6 +4,7 @@ snapshot JSON."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import pyarrow as pa
@@ -229,30 +230,33 @@ def test_mixed_bucket_counts_conflict(catalog):
 
 # -- hints and snapshot JSON ------------------------------------------------------------------------
 
+def hint(table, name):
+    with open(f"{table.snapshot_manager.dir}/{name}") as f:
+        return f.read().strip()
+
+
 def test_latest_and_earliest_hints(table):
     manager = table.snapshot_manager
     for i in range(3):
         table.write(data([i]))
     hint_dir = manager.dir
-    assert open(f"{hint_dir}/LATEST").read().strip() == "3"
-    assert open(f"{hint_dir}/EARLIEST").read().strip() == "1"
+    assert hint(table, "LATEST") == "3"
+    assert hint(table, "EARLIEST") == "1"
     # a stale LATEST hint: readers probe forward; the next commit repairs it
     with open(f"{hint_dir}/LATEST", "w") as f:
         f.write("1")
     assert manager.latest_id() == 3
     assert table.to_arrow().num_rows == 3
     table.write(data([3]))
-    assert open(f"{hint_dir}/LATEST").read().strip() == "4"
+    assert hint(table, "LATEST") == "4"
     # missing or garbage hints: readers list the directory
-    import os
-
     os.remove(f"{hint_dir}/LATEST")
     with open(f"{hint_dir}/EARLIEST", "w") as f:
         f.write("garbage")
     assert manager.latest_id() == 4 and manager.earliest_id() == 1
     table.write(data([4]))
     assert snapshot_ids(table) == [1, 2, 3, 4, 5]
-    assert open(f"{hint_dir}/LATEST").read().strip() == "5"
+    assert hint(table, "LATEST") == "5"
 
 
 def test_snapshot_json_fields(catalog):
@@ -300,8 +304,6 @@ def test_commit_kinds_of_a_compaction_message(catalog):
 
 def test_listing_survives_files_vanishing_during_the_scan(table, monkeypatch):
     """Committers create and remove temp files in snapshot/; a concurrent listing must not fail."""
-    import os
-
     table.write(data([1]))
     manager = table.snapshot_manager
     vanishing = os.path.join(manager.dir, ".LATEST.tmp")

@@ -155,9 +155,37 @@ def _pk_overwrite(catalog):
     return table
 
 
+def typed_partitions() -> pa.Table:
+    """Partition columns of every type whose directory name depends on Java's toString."""
+    n = 8
+    utc = dt.UTC
+    stamps = [dt.datetime(2024, 1, 1, 12, 0), dt.datetime(2024, 1, 1, 12, 0, 5),
+              dt.datetime(2024, 1, 1, 12, 0, 5, 123000), dt.datetime(2024, 1, 1, 12, 0, 5, 123456)]
+    return pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "p_ts": pa.array([stamps[i % 4] for i in range(n)], pa.timestamp("us")),
+        "p_ltz": pa.array([stamps[i % 4].replace(tzinfo=utc) for i in range(n)], pa.timestamp("us", tz="UTC")),
+        "p_float": pa.array([[1.5, 1e-5, 1e7, 0.1][i % 4] for i in range(n)], pa.float32()),
+        "p_double": pa.array([[2.5, 1e-7, 123456789.0, -0.0][i % 4] for i in range(n)], pa.float64()),
+        "p_dec": pa.array([Decimal("1.50"), Decimal("-0.01")] * (n // 2), pa.decimal128(5, 2)),
+        "p_str": pa.array([" ", "{a}", "tab\tx", "é"] * (n // 4)),
+        "p_date": pa.array([dt.date(1969, 12, 31), dt.date(2024, 2, 29)] * (n // 2)),
+    })
+
+
+TYPED_PARTITIONS = ["p_ts", "p_ltz", "p_float", "p_double", "p_dec", "p_str", "p_date"]
+
+
+def _append_typed_parts(catalog):
+    data = typed_partitions()
+    table = catalog.create_table("db.append_typed_parts", data.schema, partition_keys=TYPED_PARTITIONS)
+    table.write(data)
+    return table
+
+
 STRATA_TABLES = {f.__name__[1:]: f for f in (_pk_plain, _pk_part, _pk_multi_part, _pk_small_buffer,
                                                _pk_compound_key, _append_plain, _append_part,
-                                               _append_bucketed, _pk_overwrite)}
+                                               _append_bucketed, _pk_overwrite, _append_typed_parts)}
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +203,7 @@ def strata_written(tmp_path_factory):
         jobs.append({"op": "read", "table": f"db.{name}", "out": str(root / f"{name}-1.arrow"),
                      "options": {"scan.snapshot-id": "1"}})
         keys.append((name, "snapshot-1"))
-    filters = {"pk_part": [["id", "equal", 12], ["dt", "equal", "2024-01-01"]],
+    filters = {"pk_part": [["id", "equal", 47], ["dt", "equal", "x y/z=1"]],
                "pk_plain": [["id", "equal", 33]],
                "pk_compound_key": [["s", "equal", "key-3"]],
                "append_bucketed": [["id", "equal", 7]]}
@@ -224,7 +252,7 @@ def test_pypaimon_filtered_reads_find_strata_rows(strata_written, name):
 
 def test_every_type_is_declared_like_pypaimon(strata_written):
     """The schema file Strata writes maps to the same Arrow types in pypaimon."""
-    tables, results, _ = strata_written
+    _, results, _ = strata_written
     job, _ = results[("append_plain", "latest")]
     got = load(job["out"]).schema
     for name, arrow_type in ALL_TYPES:
@@ -258,6 +286,7 @@ def test_strata_reads_pypaimon_tables(tmp_path):
     append_data = _with_dt(all_types_table(25), ["a", "b", "c"])
     append_inputs = [save(append_data.slice(0, 15), tmp_path / "a0.arrow"),
                      save(append_data.slice(15), tmp_path / "a1.arrow")]
+    typed_input = save(typed_partitions(), tmp_path / "typed.arrow")
     jobs = [
         {"op": "create", "table": "db.pk", "schema": inputs[0], "partition_keys": ["dt"],
          "primary_keys": ["id", "dt"], "options": {"bucket": "2", "rowkind.field": "op"}},
@@ -267,6 +296,9 @@ def test_strata_reads_pypaimon_tables(tmp_path):
         {"op": "create", "table": "db.queue", "schema": append_inputs[0], "partition_keys": ["dt"],
          "options": {"bucket": "3", "bucket-key": "id"}},
         *({"op": "write", "table": "db.queue", "data": path} for path in append_inputs),
+        {"op": "create", "table": "db.typed", "schema": typed_input, "partition_keys": TYPED_PARTITIONS},
+        {"op": "write", "table": "db.typed", "data": typed_input},
+        {"op": "read", "table": "db.typed", "out": str(tmp_path / "typed.arrow")},
         {"op": "read", "table": "db.pk", "out": str(tmp_path / "pk.arrow")},
         {"op": "read", "table": "db.log", "out": str(tmp_path / "log.arrow")},
         {"op": "read", "table": "db.queue", "out": str(tmp_path / "queue.arrow")},
@@ -283,6 +315,9 @@ def test_strata_reads_pypaimon_tables(tmp_path):
         table = catalog.get_table(f"db.{name}")
         assert rows(table) == rows(append_data)
         assert_same(table.to_arrow(), load(str(tmp_path / f"{name}.arrow")))
+    typed = catalog.get_table("db.typed")
+    assert_same(typed.to_arrow(), load(str(tmp_path / "typed.arrow")))
+    assert rows(typed, ["id"]) == rows(typed_partitions(), ["id"])
     # Strata's filters and time travel work on pypaimon's metadata too
     got = pk.to_arrow(filter=(strata.col("id") == 7) & (strata.col("dt") == "2024-01-02"))
     assert rows(got) == [r for r in pk_model if r["id"] == 7 and r["dt"] == "2024-01-02"]

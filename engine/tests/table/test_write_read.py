@@ -510,3 +510,27 @@ def test_reopened_table_continues_sequence(catalog):
     again.write(kv_rows(range(5), tag="w"))
     assert {r["id"]: r["v"] for r in rows(catalog.get_table("db.t"))} == {
         i: ("w" if i < 5 else "v") + str(i) for i in range(10)}
+
+
+def test_partition_directory_names_follow_java_legacy_names(catalog):
+    """Other engines locate data files from the partition values: names must be Java's toString."""
+    import datetime as dt
+    import os
+    from decimal import Decimal
+
+    schema = pa.schema([("d", pa.date32()), ("ts", pa.timestamp("ms")), ("f", pa.float64()),
+                        ("dec", pa.decimal128(6, 3)), ("s", pa.string()), ("id", pa.int32())])
+    table = catalog.create_table("db.names", schema, partition_keys=["d", "ts", "f", "dec", "s"])
+    table.write(pa.table({"d": pa.array([dt.date(2024, 2, 29), None]),
+                          "ts": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5, 6000), dt.datetime(2024, 1, 2, 3, 4)],
+                                         pa.timestamp("ms")),
+                          "f": [1e-5, 12.0],
+                          "dec": pa.array([Decimal("1.500"), Decimal("-2.000")], pa.decimal128(6, 3)),
+                          "s": ["a/b:c}", "   "], "id": pa.array([1, 2], pa.int32())}))
+    dirs = sorted(os.path.relpath(s.bucket_path, table.path) for s in table.scan())
+    assert dirs == sorted([
+        "d=19782/ts=2024-01-02T03%3A04%3A05.006/f=1.0E-5/dec=1.500/s=a%2Fb%3Ac%7D/bucket-0",
+        "d=__DEFAULT_PARTITION__/ts=2024-01-02T03%3A04/f=12.0/dec=-2.000/s=__DEFAULT_PARTITION__/bucket-0",
+    ])
+    assert all(os.path.isdir(os.path.join(table.path, d)) for d in dirs)
+    assert rows(table, ["id"])[1]["s"] == "   "

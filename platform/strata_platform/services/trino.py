@@ -26,6 +26,7 @@ Environment knobs: ``STRATA_TRINO_WAREHOUSE`` (Paimon warehouse URI, default
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -352,9 +353,11 @@ class TrinoService(Service):
             rows = self.query(f"SELECT id, name FROM {schema}.t ORDER BY id")
             if inserted != [[3]] or rows != [[1, "a"], [2, "b"], [3, "c"]]:
                 raise ServiceError(f"{catalog} round trip: inserted {inserted}, read {rows}")
-            self.query(f"DROP TABLE {schema}.t")
-        finally:
-            self.query(f"DROP SCHEMA IF EXISTS {schema}")
+        finally:  # clean up without masking the error that got us here
+            with contextlib.suppress(Exception):
+                self.query(f"DROP TABLE IF EXISTS {schema}.t")
+            with contextlib.suppress(Exception):
+                self.query(f"DROP SCHEMA IF EXISTS {schema}")
         return len(rows)
 
 

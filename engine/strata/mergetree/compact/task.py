@@ -12,7 +12,7 @@ from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.compact.universal import CompactUnit
 from strata.mergetree.merge_function import MergeFunction, drop_retractions
-from strata.mergetree.merge_reader import merge_runs
+from strata.mergetree.merge_reader import ChangelogSink, merge_runs
 
 FileReader = Callable[[DataFileMeta], Iterator[pa.Table]]
 
@@ -21,26 +21,45 @@ FileReader = Callable[[DataFileMeta], Iterator[pa.Table]]
 class CompactResult:
     before: list[DataFileMeta] = field(default_factory=list)
     after: list[DataFileMeta] = field(default_factory=list)
+    changelog: list[DataFileMeta] = field(default_factory=list)
 
-    def merge(self, other: CompactResult) -> None:
-        self.before.extend(other.before)
-        self.after.extend(other.after)
+
+@dataclass
+class ChangelogOutput:
+    """Where a full merge writes the changelog it produces (full-compaction / lookup producers)."""
+
+    writer: DataFileWriter
+    value_names: list[str]
+    row_deduplicate: bool
 
 
 def run_compaction(unit: CompactUnit, read: FileReader, writer: DataFileWriter, key_names: list[str],
-                   merge_function: MergeFunction, drop_delete: bool) -> CompactResult:
-    """Merge the unit. A lone run whose files only change level is 'upgraded' without rewriting."""
-    if len(unit.runs) == 1 and not (drop_delete and any(f.delete_row_count for f in unit.files)):
+                   merge_function: MergeFunction, drop_delete: bool,
+                   changelog: ChangelogOutput | None = None) -> CompactResult:
+    """Merge the unit. A lone run whose files only change level is 'upgraded' without rewriting.
+
+    With `changelog` (only for full merges), changes relative to the previous top level are
+    written as changelog files."""
+    lone = len(unit.runs) == 1
+    if lone and (changelog is None or unit.runs[0].level == unit.output_level) \
+            and not (drop_delete and any(f.delete_row_count for f in unit.files)):
         upgraded = [dataclasses.replace(f, level=unit.output_level) for f in unit.files
                     if f.level != unit.output_level]
         before = [f for f in unit.files if f.level != unit.output_level]
         return CompactResult(before, upgraded)
     runs = [_chain(read, run.files) for run in unit.runs]
-    merged = merge_runs(runs, key_names, merge_function)
+    sink = None
+    if changelog is not None:
+        top = len(unit.runs) - 1 if unit.runs[-1].level == unit.output_level else None
+        sink = ChangelogSink(top, key_names, changelog.value_names, changelog.row_deduplicate)
+    merged = merge_runs(runs, key_names, merge_function, sink)
     if drop_delete:
         merged = (drop_retractions(t) for t in merged)
     after = writer.write_stream(merged, level=unit.output_level, file_source=FILE_SOURCE_COMPACT)
-    return CompactResult(list(unit.files), after)
+    changes = []
+    if changelog is not None and sink is not None and sink.tables:
+        changes = changelog.writer.write_stream(sink.tables, level=0, file_source=FILE_SOURCE_COMPACT)
+    return CompactResult(list(unit.files), after, changes)
 
 
 def _chain(read: FileReader, files: list[DataFileMeta]) -> Iterator[pa.Table]:

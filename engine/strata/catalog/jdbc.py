@@ -1,0 +1,345 @@
+"""The JDBC catalog: the table list in a database, table metadata in files, and a table lock.
+
+As Paimon's ``JdbcCatalog``: a table is registered as a row of ``paimon_tables(catalog_key,
+database_name, table_name)``, a database as rows of ``paimon_database_properties`` (the
+``exists=true`` marker and its ``location``), and the schema, snapshots, manifests and data stay in
+files under ``<location>/<table>`` (by default ``<warehouse>/<db>.db/<table>``), so any Paimon
+reader can open the table by path. Several catalogs share one database through ``catalog-key``
+(default ``jdbc``).
+
+Databases: SQLite (``uri=sqlite:///path`` or ``jdbc:sqlite:path``; the embedded default is
+``<warehouse>/catalog.sqlite`` for a local warehouse) and PostgreSQL (``uri=postgresql://...`` or
+``jdbc:postgresql://host:port/db``, with ``jdbc.user`` / ``jdbc.password`` as Paimon passes them).
+
+Publishing ``snapshot-N`` (``snapshot_publisher``):
+
+* local filesystem: the FileIO's atomic create-if-absent (link(2)); no lock;
+* object store, ``commit.lock-free`` = ``true``, or ``auto`` (default) when the store honours
+  ``If-None-Match: *``: the conditional PUT alone decides, no lock;
+* object store otherwise (``lock.enabled``, default true there): under the JDBC lock on
+  ``<catalog-key>.<db>.<table>``: check that ``snapshot-N`` is absent, write it (conditionally
+  when the store can), update the ``LATEST`` hint, release. As Paimon's ``RenamingSnapshotCommit``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import pyarrow as pa
+from sqlalchemy import Engine, create_engine, inspect, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from strata.catalog.base import Catalog, Identifier
+from strata.catalog.filesystem import DB_SUFFIX, build_schema, validate_schema
+from strata.catalog.lock import JdbcCatalogLock
+from strata.errors import (
+    CorruptMetadataError,
+    DatabaseNotEmptyError,
+    DatabaseNotFoundError,
+    OptionError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+)
+from strata.fs import FileIO, file_io_for
+from strata.schema.schema_manager import SchemaManager
+from strata.table.table import Table
+
+if TYPE_CHECKING:
+    from strata.schema.table_schema import TableSchema
+    from strata.snapshot.snapshot import Snapshot
+    from strata.snapshot.snapshot_manager import SnapshotManager
+
+log = logging.getLogger(__name__)
+
+TABLES = "paimon_tables"
+DATABASE_PROPERTIES = "paimon_database_properties"
+EXISTS_PROPERTY = "exists"
+LOCATION_PROPERTY = "location"
+DEFAULT_SQLITE_NAME = "catalog.sqlite"
+
+_CREATE_TABLES = (f"CREATE TABLE {TABLES} ("
+                  "catalog_key VARCHAR(255) NOT NULL, database_name VARCHAR(255) NOT NULL, "
+                  "table_name VARCHAR(255) NOT NULL, "
+                  "PRIMARY KEY (catalog_key, database_name, table_name))")
+_CREATE_DATABASE_PROPERTIES = (f"CREATE TABLE {DATABASE_PROPERTIES} ("
+                               "catalog_key VARCHAR(255) NOT NULL, database_name VARCHAR(255) NOT NULL, "
+                               "property_key VARCHAR(255), property_value VARCHAR(1000), "
+                               "PRIMARY KEY (catalog_key, database_name, property_key))")
+
+PublishFn = Callable[["SnapshotManager", "Snapshot"], bool]
+
+
+def sqlalchemy_url(uri: str, options: Mapping[str, str] | None = None) -> str:
+    """A JDBC-style or SQLAlchemy URI -> a SQLAlchemy URL (psycopg 3 for PostgreSQL)."""
+    opts = dict(options or {})
+    if uri.startswith("jdbc:"):
+        uri = uri[len("jdbc:"):]
+    if uri.startswith("sqlite:"):
+        rest = uri[len("sqlite:"):]
+        if rest.startswith("//"):
+            return uri  # sqlite:///relative or sqlite:////absolute, SQLAlchemy's form
+        return f"sqlite:///{rest}"  # jdbc:sqlite:/abs/path or jdbc:sqlite:relative
+    if uri.startswith(("postgresql:", "postgres:", "postgresql+")):
+        parts = urlsplit(uri)
+        query = dict(parse_qsl(parts.query))
+        user = opts.get("jdbc.user") or query.pop("user", None)
+        password = opts.get("jdbc.password") or query.pop("password", None)
+        url = make_url(parts._replace(scheme="postgresql+psycopg", query=urlencode(query)).geturl())
+        if user:
+            url = url.set(username=user)
+        if password:
+            url = url.set(password=password)
+        return url.render_as_string(hide_password=False)
+    raise OptionError(f"JDBC catalog: unsupported uri {uri!r} (use sqlite:///path or postgresql://...)")
+
+
+def _choice(options: Mapping[str, str], key: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = options.get(key, default).lower()
+    if value not in allowed:
+        raise OptionError(f"catalog option {key!r} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+class JdbcCatalog(Catalog):
+    def __init__(self, warehouse: str, options: Mapping[str, str] | None = None,
+                 file_io: FileIO | None = None):
+        self.warehouse = warehouse.rstrip("/")
+        self.options = dict(options or {})
+        self.file_io = file_io or file_io_for(self.warehouse, self.options)
+        self.catalog_key = self.options.get("catalog-key", "jdbc")
+        self.uri = self._uri()
+        self.engine = self._engine(self.uri)
+        self.lock_enabled = _choice(self.options, "lock.enabled",
+                                    str(self.file_io.is_object_store).lower(), ("true", "false")) == "true"
+        self.lock_free = _choice(self.options, "commit.lock-free", "auto", ("true", "false", "auto"))
+        self._init_tables()
+        self.locks = JdbcCatalogLock(self.engine, self.catalog_key, self.options) if self.lock_enabled else None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a connection pool does not cross processes: reconnect from the options
+        return (JdbcCatalog, (self.warehouse, self.options))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- connection ---------------------------------------------------------------------------
+    def _uri(self) -> str:
+        uri = self.options.get("uri")
+        if uri:
+            return sqlalchemy_url(uri, self.options)
+        if self.file_io.is_object_store or "://" in self.warehouse and not self.warehouse.startswith("file://"):
+            raise OptionError("JDBC catalog on an object store needs option 'uri' "
+                              "(postgresql://... or sqlite:///path on a local disk)")
+        local = self.warehouse[len("file://"):] if self.warehouse.startswith("file://") else self.warehouse
+        os.makedirs(local, exist_ok=True)
+        return f"sqlite:///{os.path.abspath(os.path.join(local, DEFAULT_SQLITE_NAME))}"
+
+    @staticmethod
+    def _engine(url: str) -> Engine:
+        if url.startswith("sqlite"):
+            # several processes share the file: wait for each other's write transactions
+            return create_engine(url, connect_args={"timeout": 60})
+        # a fixed session time zone keeps acquired_at (CURRENT_TIMESTAMP) comparable across clients
+        return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4,
+                             connect_args={"options": "-c TimeZone=UTC", "connect_timeout": 10})
+
+    def _init_tables(self) -> None:
+        for name, ddl in ((TABLES, _CREATE_TABLES), (DATABASE_PROPERTIES, _CREATE_DATABASE_PROPERTIES)):
+            if inspect(self.engine).has_table(name):
+                continue
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(text(ddl))
+            except DBAPIError:
+                if not inspect(self.engine).has_table(name):  # else: created by a concurrent catalog
+                    raise
+
+    def _rows(self, sql: str, **params: str) -> list[tuple]:
+        with self.engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql), {"key": self.catalog_key, **params})]
+
+    def _execute(self, sql: str, **params: str) -> int:
+        with self.engine.begin() as conn:
+            return int(conn.execute(text(sql), {"key": self.catalog_key, **params}).rowcount or 0)
+
+    # -- databases ---------------------------------------------------------------------------------
+    def _database_exists(self, name: str) -> bool:
+        return bool(
+            self._rows(f"SELECT 1 FROM {TABLES} WHERE catalog_key = :key AND database_name = :db", db=name)
+            or self._rows(f"SELECT 1 FROM {DATABASE_PROPERTIES} WHERE catalog_key = :key AND database_name = :db",
+                          db=name))
+
+    def database_properties(self, name: str) -> dict[str, str]:
+        rows = self._rows(f"SELECT property_key, property_value FROM {DATABASE_PROPERTIES} "
+                          "WHERE catalog_key = :key AND database_name = :db", db=name)
+        props = {str(k): str(v) for k, v in rows if k is not None}
+        props.pop(EXISTS_PROPERTY, None)
+        return props
+
+    def database_path(self, name: str) -> str:
+        location = self.database_properties(name).get(LOCATION_PROPERTY)
+        return location.rstrip("/") if location else f"{self.warehouse}/{name}{DB_SUFFIX}"
+
+    def table_path(self, ident: Identifier) -> str:
+        return f"{self.database_path(ident.database)}/{ident.table}"
+
+    def create_database(self, name: str, ignore_if_exists: bool = False,
+                        properties: Mapping[str, str] | None = None) -> None:
+        if self._database_exists(name):
+            if ignore_if_exists:
+                return
+            raise TableAlreadyExistsError(f"database {name!r} already exists")
+        props = {EXISTS_PROPERTY: "true", LOCATION_PROPERTY: f"{self.warehouse}/{name}{DB_SUFFIX}",
+                 **dict(properties or {})}
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(text(f"INSERT INTO {DATABASE_PROPERTIES} "
+                                  "(catalog_key, database_name, property_key, property_value) "
+                                  "VALUES (:key, :db, :pk, :pv)"),
+                             [{"key": self.catalog_key, "db": name, "pk": k, "pv": v} for k, v in props.items()])
+        except IntegrityError:
+            if not ignore_if_exists:
+                raise TableAlreadyExistsError(f"database {name!r} already exists") from None
+
+    def drop_database(self, name: str, ignore_if_not_exists: bool = False, cascade: bool = False) -> None:
+        if not self._database_exists(name):
+            if ignore_if_not_exists:
+                return
+            raise DatabaseNotFoundError(f"database {name!r} does not exist")
+        tables = self.list_tables(name)
+        if tables and not cascade:
+            raise DatabaseNotEmptyError(f"database {name!r} is not empty; use cascade=True")
+        for table in tables:
+            self.drop_table(Identifier(name, table), ignore_if_not_exists=True)
+        path = self.database_path(name)
+        self._execute(f"DELETE FROM {TABLES} WHERE catalog_key = :key AND database_name = :db", db=name)
+        self._execute(f"DELETE FROM {DATABASE_PROPERTIES} WHERE catalog_key = :key AND database_name = :db",
+                      db=name)
+        if cascade:
+            self.file_io.delete_dir(path)
+
+    def list_databases(self) -> list[str]:
+        names = {r[0] for r in self._rows(f"SELECT DISTINCT database_name FROM {TABLES} WHERE catalog_key = :key")}
+        names |= {r[0] for r in self._rows(
+            f"SELECT DISTINCT database_name FROM {DATABASE_PROPERTIES} WHERE catalog_key = :key")}
+        return sorted(names)
+
+    def list_tables(self, database: str) -> list[str]:
+        if not self._database_exists(database):
+            raise DatabaseNotFoundError(f"database {database!r} does not exist")
+        return sorted(r[0] for r in self._rows(
+            f"SELECT table_name FROM {TABLES} WHERE catalog_key = :key AND database_name = :db", db=database))
+
+    # -- tables ------------------------------------------------------------------------------
+    def _registered(self, ident: Identifier) -> bool:
+        return bool(self._rows(f"SELECT 1 FROM {TABLES} WHERE catalog_key = :key AND database_name = :db "
+                               "AND table_name = :t", db=ident.database, t=ident.table))
+
+    def table_exists(self, name: str | Identifier) -> bool:
+        return self._registered(Identifier.parse(name))
+
+    def create_table(self, name: str | Identifier, schema: pa.Schema | TableSchema,
+                     partition_keys: list[str] | None = None, primary_keys: list[str] | None = None,
+                     options: Mapping[str, str] | None = None, comment: str | None = None,
+                     ignore_if_exists: bool = False) -> Table:
+        ident = Identifier.parse(name)
+        if not self._database_exists(ident.database):
+            raise DatabaseNotFoundError(f"database {ident.database!r} does not exist")
+        table_schema = build_schema(schema, partition_keys, primary_keys, options, comment)
+        validate_schema(table_schema, str(ident))
+        if self._registered(ident):
+            if ignore_if_exists:
+                return self.get_table(ident)
+            raise TableAlreadyExistsError(f"table {ident} already exists")
+        path = self.table_path(ident)
+        try:
+            SchemaManager(self.file_io, path).create(table_schema, str(ident))
+        except TableAlreadyExistsError:
+            if ignore_if_exists and self._registered(ident):  # a concurrent create won
+                return self.get_table(ident)
+            raise TableAlreadyExistsError(
+                f"table {ident}: {path} already holds a table schema (not registered in catalog "
+                f"{self.catalog_key!r}, or created concurrently)") from None
+        try:
+            self._execute(f"INSERT INTO {TABLES} (catalog_key, database_name, table_name) VALUES (:key, :db, :t)",
+                          db=ident.database, t=ident.table)
+        except IntegrityError:
+            self.file_io.delete_dir(path)
+            if ignore_if_exists:
+                return self.get_table(ident)
+            raise TableAlreadyExistsError(f"table {ident} already exists") from None
+        except Exception:
+            self.file_io.delete_dir(path)  # not registered: leave no orphan schema behind
+            raise
+        return self.get_table(ident)
+
+    def get_table(self, name: str | Identifier) -> Table:
+        ident = Identifier.parse(name)
+        if not self._registered(ident):
+            raise TableNotFoundError(f"table {ident} does not exist")
+        path = self.table_path(ident)
+        schema = SchemaManager(self.file_io, path).latest()
+        if schema is None:
+            raise CorruptMetadataError(f"table {ident} is registered in catalog {self.catalog_key!r} but "
+                                       f"{path} has no schema")
+        return Table(self.file_io, path, ident, schema, catalog=self)
+
+    def drop_table(self, name: str | Identifier, ignore_if_not_exists: bool = False) -> None:
+        ident = Identifier.parse(name)
+        path = self.table_path(ident) if self._database_exists(ident.database) else None
+        deleted = self._execute(f"DELETE FROM {TABLES} WHERE catalog_key = :key AND database_name = :db "
+                                "AND table_name = :t", db=ident.database, t=ident.table)
+        if not deleted:
+            if ignore_if_not_exists:
+                return
+            raise TableNotFoundError(f"table {ident} does not exist")
+        if path is not None:
+            self.file_io.delete_dir(path)
+
+    # -- publishing snapshots --------------------------------------------------------------------
+    def publish_mode(self, table: Table) -> str:
+        """'atomic' (the FileIO's create-if-absent is atomic by itself: local disk, or an object
+        store with a conditional PUT chosen lock-free), 'lock' (JDBC lock around check-and-write),
+        or 'unsafe' (object store without conditional PUT and with lock.enabled=false)."""
+        if not self.file_io.is_object_store:
+            return "atomic"
+        conditional = getattr(self.file_io, "conditional_put_supported", None)
+        supported = bool(conditional(f"{table.path}/snapshot/snapshot-1")) if callable(conditional) else False
+        if self.lock_free == "true":
+            if not supported:
+                raise OptionError(f"commit.lock-free=true but the object store of {table.path} does not honour "
+                                  "If-None-Match:* (set s3.conditional-put, or use the lock)")
+            return "atomic"
+        if self.lock_free == "auto" and supported:
+            return "atomic"
+        if self.locks is not None:
+            return "lock"
+        return "atomic" if supported else "unsafe"
+
+    def snapshot_publisher(self, table: Table) -> PublishFn | None:
+        mode = self.publish_mode(table)
+        if mode == "atomic":
+            return None  # SnapshotManager.publish -> FileIO.write_new (link(2) / conditional PUT)
+        if mode == "unsafe":
+            log.warning("table %s: publishing snapshots on an object store without a lock or conditional PUT "
+                        "(lock.enabled=false): concurrent commits may lose a snapshot", table.identifier)
+            return None
+        locks = self.locks
+        assert locks is not None
+        database, name = table.identifier.database, table.identifier.table
+        margin = min(5.0, locks.expire_seconds / 4)
+
+        def publish_under_lock(manager: SnapshotManager, snapshot: Snapshot) -> bool:
+            with locks.lock(database, name) as lock:
+                if manager.exists(snapshot.id):
+                    return False
+                if lock.valid_for() < margin:  # the lease may lapse mid-write: retry with a fresh one
+                    return False
+                return manager.publish(snapshot)
+
+        return publish_under_lock
