@@ -132,7 +132,7 @@ class JdbcCatalog(Catalog):
         uri = self.options.get("uri")
         if uri:
             return sqlalchemy_url(uri, self.options)
-        if self.file_io.is_object_store or "://" in self.warehouse and not self.warehouse.startswith("file://"):
+        if self.file_io.is_object_store:
             raise OptionError("JDBC catalog on an object store needs option 'uri' "
                               "(postgresql://... or sqlite:///path on a local disk)")
         local = self.warehouse[len("file://"):] if self.warehouse.startswith("file://") else self.warehouse

@@ -34,7 +34,13 @@ def merge_runs(runs: Sequence[Iterator[pa.Table]], key_names: Sequence[str],
             return
         bound = min(c.last_key() for c in cursors)
         parts = [(c.index, c.take_through(bound)) for c in cursors]
-        combined = pa.concat_tables([p for _, p in parts if p.num_rows])
+        non_empty = [p for _, p in parts if p.num_rows]
+        if len(non_empty) == 1 and changelog is None:
+            # key ranges do not overlap here: one run's rows need no merging
+            yield non_empty[0]
+            cursors = [c for c in cursors if c.batch is not None]
+            continue
+        combined = pa.concat_tables(non_empty)
         order = sort_by_key(combined, key_names, SEQUENCE_NUMBER)
         merged = merge_function.merge(combined.take(order), key_names)
         if changelog is not None:

@@ -61,8 +61,10 @@ class Plan:
 
 class TableScan:
     def __init__(self, table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
-                 tag: str | None = None, filter: Predicate | None = None):
+                 tag: str | None = None, filter: Predicate | None = None, read_optimized: bool = False):
         self.table = table
+        # $ro: primary-key tables read only their top level (fully merged, possibly stale)
+        self.top_level = table.core.num_levels - 1 if read_optimized and table.schema.primary_keys else None
         self.filter = filter
         self._snapshot_id = snapshot_id
         self._timestamp = timestamp_millis
@@ -169,6 +171,8 @@ class TableScan:
         return kept
 
     def _keep(self, entry: ManifestEntry) -> bool:
+        if self.top_level is not None and entry.file.level != self.top_level:
+            return False
         keep = self._partition_ok(entry.partition) and self._bucket_ok(entry) and self._file_ok(entry)
         if keep:
             self.stats.files_scanned += 1

@@ -75,8 +75,9 @@ class Table:
         return TableCommit(self, commit_user)
 
     def new_scan(self, filter: Predicate | None = None, snapshot_id: int | None = None,
-                 timestamp_millis: int | None = None, tag: str | None = None) -> TableScan:
-        return TableScan(self, snapshot_id, timestamp_millis, tag, filter)
+                 timestamp_millis: int | None = None, tag: str | None = None,
+                 read_optimized: bool = False) -> TableScan:
+        return TableScan(self, snapshot_id, timestamp_millis, tag, filter, read_optimized)
 
     def new_read(self, columns: Sequence[str] | None = None, filter: Predicate | None = None) -> TableRead:
         return TableRead(self, columns, filter)
@@ -103,13 +104,16 @@ class Table:
         return self.write(keys, row_kind="-D")
 
     def scan(self, filter: Predicate | None = None, snapshot_id: int | None = None,
-             timestamp_millis: int | None = None, tag: str | None = None) -> list[DataSplit]:
-        return self.new_scan(filter, snapshot_id, timestamp_millis, tag).plan().splits
+             timestamp_millis: int | None = None, tag: str | None = None,
+             read_optimized: bool = False) -> list[DataSplit]:
+        return self.new_scan(filter, snapshot_id, timestamp_millis, tag, read_optimized).plan().splits
 
     def to_arrow(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
                  snapshot_id: int | None = None, timestamp_millis: int | None = None,
-                 tag: str | None = None) -> pa.Table:
-        splits = self.scan(filter, snapshot_id, timestamp_millis, tag)
+                 tag: str | None = None, read_optimized: bool = False) -> pa.Table:
+        """Rows of the table (latest snapshot unless time travel); `read_optimized` reads only the
+        fully compacted top level of primary-key tables, without merging (Paimon's $ro)."""
+        splits = self.scan(filter, snapshot_id, timestamp_millis, tag, read_optimized)
         return self.new_read(columns, filter).to_arrow(splits)
 
     read = to_arrow
