@@ -29,7 +29,7 @@ WORKLOADS = ("W1", "W2", "W3", "W4")
 PARTS = ("strata", "reference")
 DESCRIPTIONS = {
     "W1": "append table, partitioned by dt: 10 commits",
-    "W2": "PK table (dt, id), bucket 4: 10 upsert commits (half updates) on a base",
+    "W2": "PK table (dt, id), bucket 4, write-only: 10 upsert commits (half updates) on a base",
     "W3": "full merged read of the W2 table (base + 10 level-0 runs)",
     "W4": "id BETWEEN x AND x+1000 on the W2 table (median of 7)",
 }

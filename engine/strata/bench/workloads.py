@@ -3,7 +3,8 @@ executes every part in its own process so that its peak RSS is its own.
 
 W1  append table (bucket -1, partitioned by dt): COMMITS commits of new rows.
     reference: pyarrow.parquet.write_table of the same chunks (zstd level 1), one file each.
-W2  primary-key table (dt, id), bucket 4: a base, then COMMITS timed upsert commits.
+W2  primary-key table (dt, id), bucket 4, write-only (no compaction): a base, then COMMITS timed
+    upsert commits.
     reference: pyarrow.parquet.write_table of the same upsert chunks.
 W3  full merged read of the W2 table (base + COMMITS unmerged level-0 runs).
     reference: pyarrow.parquet.read_table of the final rows as COMMITS plain Parquet files.
@@ -114,10 +115,13 @@ _W2_READY = "w2-ready.json"
 
 
 def _pk_table(catalog: strata.Catalog) -> Table:
+    """The W2 table. write-only: no compaction in the writers, so that W3 and W4 read what the
+    brief specifies, the base plus COMMITS unmerged level-0 runs per bucket."""
     catalog.create_database("bench", ignore_if_exists=True)
     return catalog.create_table("bench.w2", gen.SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"],
                                 options={"bucket": str(PK_BUCKETS), "file.compression": COMPRESSION,
-                                         "file.compression.zstd-level": str(COMPRESSION_LEVEL)})
+                                         "file.compression.zstd-level": str(COMPRESSION_LEVEL),
+                                         "write-only": "true"})
 
 
 def _w2_build(work_dir: str, scale: float, upserts: gen.UpsertData,

@@ -6,6 +6,7 @@ as further rules with the same invariants."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 
@@ -15,8 +16,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import strata
+from strata.io import data_file_reader
+from strata.table import read as table_read
 
 KEYS = st.integers(min_value=0, max_value=24)
+SUFFIXES = ["", "a", "ab"]
 PARTITIONS = ["a", "b", "c"]
 KINDS = {"+I": True, "+U": True, "-U": False, "-D": False}  # kind -> does it leave the key live
 
@@ -29,32 +33,44 @@ class PrimaryKeyTableMachine(RuleBasedStateMachine):
         self.dir = tempfile.mkdtemp(prefix="strata-lsm-")
         self.table: strata.Table | None = None
         self.writer = None
-        self.model: dict[tuple[str, int], str] = {}
-        self.pending: list[tuple[str, tuple[str, int], str]] = []
-        self.history: dict[int, dict[tuple[str, int], str]] = {}
+        self.model: dict[tuple[str, int, str], str] = {}
+        self.pending: list[tuple[str, tuple[str, int, str], str]] = []
+        self.history: dict[int, dict[tuple[str, int, str], str]] = {}
         self.counter = 0
+        self.restore_reader = None
 
-    @initialize(partitioned=st.booleans(), buckets=st.integers(1, 3),
-                buffer=st.sampled_from(["512 b", "4 kb", "256 mb"]))
-    def create(self, partitioned: bool, buckets: int, buffer: str) -> None:
+    @initialize(partitioned=st.booleans(), compound=st.booleans(), buckets=st.integers(1, 3),
+                buffer=st.sampled_from(["512 b", "4 kb", "256 mb"]), batch_rows=st.sampled_from([3, 64, None]))
+    def create(self, partitioned: bool, compound: bool, buckets: int, buffer: str, batch_rows: int | None) -> None:
         catalog = strata.load_catalog(self.dir)
         catalog.create_database("db")
-        schema = pa.schema([("k", pa.int32()), ("p", pa.string()), ("v", pa.string())])
+        schema = pa.schema([("k", pa.int32()), ("s", pa.string()), ("p", pa.string()), ("v", pa.string())])
         self.partitioned = partitioned
+        self.compound = compound  # a (k, s) key exercises tuple comparisons while merging
+        keys = ["k", "s"] if compound else ["k"]
         self.table = catalog.create_table(
             "db.t", schema, partition_keys=["p"] if partitioned else None,
-            primary_keys=["k", "p"] if partitioned else ["k"],
+            primary_keys=keys + (["p"] if partitioned else []),
             options={"bucket": str(buckets), "write-buffer-size": buffer})
         self.writer = self.table.new_write()
+        if batch_rows is not None:  # tiny read batches: merges cross many batch boundaries
+            self.restore_reader = table_read.read_file
+            table_read.read_file = functools.partial(data_file_reader.read_file, batch_rows=batch_rows)
 
     def teardown(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.restore_reader is not None:
+            table_read.read_file = self.restore_reader
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- helpers ----------------------------------------------------------------------------
-    def _key(self, k: int, p: str) -> tuple[str, int]:
-        return (p if self.partitioned else "-", k)
+    def _key(self, k: int, p: str) -> tuple[str, int, str]:
+        return (p if self.partitioned else "-", k, self._s(k))
+
+    def _s(self, k: int) -> str:
+        """The string key part: keys 0..24 share k // 3, so k ties and s decides."""
+        return SUFFIXES[k % 3] if self.compound else ""
 
     def _write(self, keys: list[int], parts: list[str], kinds: list[str]) -> None:
         values = []
@@ -63,15 +79,17 @@ class PrimaryKeyTableMachine(RuleBasedStateMachine):
             value = f"v{self.counter}"
             values.append(value)
             self.pending.append((kind, self._key(k, p), value))
-        data = pa.table({"k": pa.array(keys, pa.int32()), "p": pa.array(parts, pa.string()),
-                         "v": pa.array(values, pa.string())})
+        ks = [k // 3 if self.compound else k for k in keys]
+        data = pa.table({"k": pa.array(ks, pa.int32()), "s": pa.array([self._s(k) for k in keys]),
+                         "p": pa.array(parts, pa.string()), "v": pa.array(values, pa.string())})
         self.writer.write_arrow(data, row_kind=kinds)
 
-    def _read_state(self, **kwargs) -> dict[tuple[str, int], str]:
+    def _read_state(self, **kwargs) -> dict[tuple[str, int, str], str]:
         got = self.table.to_arrow(**kwargs)
         state = {}
         for r in got.to_pylist():
-            key = self._key(r["k"], r["p"])
+            k = r["k"] * 3 + SUFFIXES.index(r["s"]) if self.compound else r["k"]
+            key = self._key(k, r["p"])
             assert key not in state, f"duplicate key {key} in read"
             state[key] = r["v"]
         return state
@@ -127,12 +145,14 @@ class PrimaryKeyTableMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.model))
     @rule(data=st.data())
     def point_lookup(self, data: st.DataObject) -> None:
-        part, k = data.draw(st.sampled_from(sorted(self.model)))
-        predicate = strata.col("k") == k
+        part, k, suffix = data.draw(st.sampled_from(sorted(self.model)))
+        predicate = strata.col("k") == (k // 3 if self.compound else k)
+        if self.compound:
+            predicate = predicate & (strata.col("s") == suffix)
         if self.partitioned:
             predicate = predicate & (strata.col("p") == part)
         got = self.table.to_arrow(filter=predicate).column("v").to_pylist()
-        assert got == [self.model[(part, k)]]
+        assert got == [self.model[(part, k, suffix)]]
 
     # (compaction arrives later: a `compact` rule here must keep every invariant below)
 

@@ -1,0 +1,112 @@
+"""Compaction of primary-key and append tables, checked against a plain dict model."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import strata
+from strata.errors import CommitConflictError
+from strata.table.table import Table
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
+
+
+def make_table(tmp_path, **options: str) -> Table:
+    catalog = strata.load_catalog(str(tmp_path / "wh"))
+    catalog.create_database("db", ignore_if_exists=True)
+    opts = {"bucket": "1", "write-buffer-size": "32 kb", **options}
+    return catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options=opts)
+
+
+def as_dict(table: pa.Table) -> dict[int, int]:
+    return dict(zip(table.column("id").to_pylist(), table.column("v").to_pylist(), strict=True))
+
+
+def levels_of(table: Table) -> collections.Counter[int]:
+    return collections.Counter(f.level for s in table.scan() for f in s.files)
+
+
+def sorted_runs(table: Table) -> int:
+    files = [f for s in table.scan() for f in s.files]
+    return sum(1 for f in files if f.level == 0) + len({f.level for f in files if f.level > 0})
+
+
+def churn(table: Table, commits: int, seed: int = 1, bounded: bool = True) -> dict[int, int]:
+    """Random upserts and deletes, one commit each; the model is checked after every commit."""
+    rng = np.random.default_rng(seed)
+    model: dict[int, int] = {}
+    commit = table.new_commit("churn")
+    with table.new_write() as writer:
+        for i in range(commits):
+            ids, values = rng.integers(0, 3000, 1500), rng.integers(0, 10**9, 1500)
+            writer.write_arrow(pa.table({"id": ids, "v": values}, schema=SCHEMA))
+            model.update(zip(ids.tolist(), values.tolist(), strict=True))
+            if i % 4 == 1:
+                doomed = rng.integers(0, 3000, 80)
+                writer.delete(pa.table({"id": doomed, "v": doomed}, schema=SCHEMA))
+                for key in doomed.tolist():
+                    model.pop(key, None)
+            commit.commit(writer.prepare_commit(), identifier=i)
+            assert as_dict(table.to_arrow()) == model, f"commit {i}"
+            if bounded:
+                assert sorted_runs(table) <= int(table.core.stop_trigger) + 1
+    return model
+
+
+def test_automatic_compaction_keeps_runs_bounded_and_rows_exact(tmp_path) -> None:
+    table = make_table(tmp_path)
+    model = churn(table, 25)
+    kinds = collections.Counter(s.commit_kind for s in table.snapshots())
+    assert kinds["COMPACT"] >= 2
+    assert max(levels_of(table)) >= 1
+    assert as_dict(table.to_arrow()) == model
+
+
+def test_full_compaction_on_demand_leaves_one_top_level_run(tmp_path) -> None:
+    table = make_table(tmp_path, **{"write-only": "true"})
+    model = churn(table, 8, bounded=False)
+    assert set(levels_of(table)) == {0}  # write-only writers never compact
+    result = table.compact(full=True)
+    assert table.snapshot_manager.snapshot(result.snapshot_ids[0]).commit_kind == "COMPACT"
+    assert set(levels_of(table)) == {table.core.num_levels - 1}
+    assert as_dict(table.to_arrow()) == model
+    assert as_dict(table.to_arrow(read_optimized=True)) == model
+
+
+def test_full_compaction_every_commit_is_copy_on_write(tmp_path) -> None:
+    table = make_table(tmp_path, **{"full-compaction.delta-commits": "1"})
+    churn(table, 5)
+    assert set(levels_of(table)) == {table.core.num_levels - 1}
+
+
+def test_concurrent_compactions_of_one_bucket_conflict(tmp_path) -> None:
+    table = make_table(tmp_path, **{"write-only": "true"})
+    model = churn(table, 4)
+    first, second = table.new_write(), table.new_write()
+    for writer in (first, second):
+        writer.write_only = False
+    first.compact(full=True)
+    second.compact(full=True)
+    table.new_commit("a").commit(first.prepare_commit())
+    snapshots = len(table.snapshots())
+    with pytest.raises(CommitConflictError):
+        table.new_commit("b").commit(second.prepare_commit())
+    assert len(table.snapshots()) == snapshots
+    assert as_dict(table.to_arrow()) == model
+
+
+def test_append_compaction_merges_small_files_and_keeps_order(tmp_path) -> None:
+    catalog = strata.load_catalog(str(tmp_path / "wh"))
+    catalog.create_database("db")
+    table = catalog.create_table("db.q", SCHEMA, options={"bucket": "1", "bucket-key": "id"})
+    for i in range(7):
+        table.write(pa.table({"id": np.arange(i * 10, i * 10 + 10), "v": np.full(10, i)}, schema=SCHEMA))
+    before = table.to_arrow()
+    assert len(table.scan()[0].files) == 7
+    table.compact()
+    assert len(table.scan()[0].files) == 1
+    assert table.to_arrow().equals(before)  # same rows, same (write) order
