@@ -119,6 +119,8 @@ def _is(exc: ClientError, codes: tuple[str, ...]) -> bool:
 
 
 class S3FileIO(FileIO):
+    list_page_size = 1000  # keys per LIST request (S3's maximum)
+
     def __init__(self, options: Mapping[str, str] | None = None):
         self._options = dict(options or {})
         self.config = S3Config(self._options)
@@ -184,7 +186,7 @@ class S3FileIO(FileIO):
 
     def _pages(self, path: str, prefix: str, delimiter: str | None) -> Iterator[dict[str, Any]]:
         bucket, _ = split_s3(path)
-        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": self.list_page_size}
         if delimiter:
             kwargs["Delimiter"] = delimiter
         while True:

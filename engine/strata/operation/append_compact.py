@@ -64,7 +64,7 @@ def run_append_compaction(table: Table, task: AppendCompactTask) -> CommitMessag
     writer = DataFileWriter(table.file_io, paths, bucket_dir, config)
     names = table.schema.field_names
 
-    def batches():  # noqa: ANN202
+    def batches():
         for f in task.files:
             mapping = ColumnMapping(table.schema, table.schema_at(f.schema_id), names)
             yield from read_file(table.file_io, f"{bucket_dir}/{f.file_name}", mapping)

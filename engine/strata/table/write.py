@@ -13,13 +13,13 @@ import pyarrow.compute as pc
 from strata.errors import WriterClosedError
 from strata.format import binary_row
 from strata.format.bucket import bucket_ids
-from strata.io.data_file_writer import DataFileWriter, WriterConfig
-from strata.mergetree.merge_function import merge_function_for
 from strata.io.data_file_reader import ColumnMapping, read_file
+from strata.io.data_file_writer import DataFileWriter, WriterConfig
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.compact.manager import CompactManager
 from strata.mergetree.compact.universal import UniversalCompaction
 from strata.mergetree.levels import Levels
+from strata.mergetree.merge_function import merge_function_for
 from strata.mergetree.writer import AppendBucketWriter, BucketWriter, CompactionContext, KeyValueBucketWriter
 from strata.operation.commit import key_decoder
 from strata.options import CoreOptions
@@ -182,10 +182,10 @@ class TableWrite:
         return CompactManager(levels, strategy, self._executor, lambda unit, drop: None,  # type: ignore[arg-type,return-value]
                               self.core.stop_trigger)
 
-    def _file_reader(self, bucket_dir: str):  # noqa: ANN202 - returns a FileReader
+    def _file_reader(self, bucket_dir: str):
         file_names = self.schema.file_arrow_schema().names
 
-        def read(f: DataFileMeta):  # noqa: ANN202
+        def read(f: DataFileMeta):
             mapping = ColumnMapping(self.schema, self.table.schema_at(f.schema_id), file_names)
             return read_file(self.table.file_io, f"{bucket_dir}/{f.file_name}", mapping)
         return read
@@ -228,7 +228,8 @@ class TableWrite:
         if partition not in self.partition_dirs:
             fields = self.schema.partition_fields()
             values = binary_row.deserialize(partition, [f.type.to_arrow() for f in fields]) if fields else []
-            self.partition_dirs[partition] = partition_path(fields, values, str(self.core.get("partition.default-name")))
+            default_name = str(self.core.get("partition.default-name"))
+            self.partition_dirs[partition] = partition_path(fields, values, default_name)
         return self._writer(partition, bucket)
 
     def close(self) -> None:

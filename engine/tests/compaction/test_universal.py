@@ -41,5 +41,5 @@ def test_output_never_level_zero() -> None:
     unit = create_unit(runs, max_level=5, count=1)
     # extended over the level-0 runs up to and including the next leveled run
     assert unit.output_level == 3 and len(unit.runs) == 4
-    assert create_unit(runs, max_level=5, count=3).output_level == 3
+    assert create_unit(runs, max_level=5, count=3).output_level == 2  # just below the next run
     assert create_unit(runs[:4], max_level=5, count=1).output_level == 5  # everything picked
