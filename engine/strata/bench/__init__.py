@@ -139,6 +139,7 @@ def peak_rss_mb() -> float:
 
 
 def run(workloads: Sequence[str], scale: float, work_dir: str, quiet: bool = False) -> dict[str, Any]:
+    load_start = _load_average()
     results = []
     for workload in workloads:
         parts: dict[str, dict[str, Any]] = {}
@@ -159,7 +160,9 @@ def run(workloads: Sequence[str], scale: float, work_dir: str, quiet: bool = Fal
                             "error": "; ".join(errors)})
         else:
             results.append(combine(workload, parts["strata"], parts["reference"]))
-    return {"results": results, "machine": machine_info(), "scale": scale,
+    machine = machine_info()
+    machine["load_average_start"], machine["load_average_end"] = load_start, _load_average()
+    return {"results": results, "machine": machine, "scale": scale,
             "targets": {w: str(t) for w, t in TARGETS.items()} | {"W2_peak_rss_mb": f"< {W2_RSS_LIMIT_MB:g}"},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
@@ -195,6 +198,8 @@ def combine(workload: str, mine: dict[str, Any], ref: dict[str, Any]) -> dict[st
             "reference_runs_ms": [round(t, 3) for t in ref["runs_ms"]],
             "rows_per_query": mine["rows_per_query"],
             "verified": mine["rows_per_query"] == ref["rows_per_query"],
+            "cpu_ms": round(mine["cpu_ms"], 3), "reference_cpu_ms": round(ref["cpu_ms"], 3),
+            "cpu_ratio": _sig(mine["cpu_ms"] / ref["cpu_ms"]) if ref["cpu_ms"] > 0 else None,
         })
     else:
         rows_per_s = mine["rows"] / mine["seconds"] if mine["seconds"] > 0 else float("inf")
@@ -206,6 +211,11 @@ def combine(workload: str, mine: dict[str, Any], ref: dict[str, Any]) -> dict[st
             "reference_seconds": round(ref["seconds"], 4),
             "reference_rows_per_s": round(ref_rows_per_s, 1), "ratio": _sig(ratio),
         })
+        row["cpu_seconds"] = round(mine["cpu_seconds"], 4)
+        row["reference_cpu_seconds"] = round(ref["cpu_seconds"], 4)
+        # rows per CPU-second against the reference's: insensitive to other load on the machine
+        row["cpu_ratio"] = _sig((mine["rows"] / mine["cpu_seconds"]) / (ref["rows"] / ref["cpu_seconds"])) \
+            if mine["cpu_seconds"] > 0 and ref["cpu_seconds"] > 0 else None
         if "digest" in mine:
             row["verified"] = mine["digest"] == ref["digest"]
     row["peak_rss_mb"] = mine["peak_rss_mb"]
@@ -220,6 +230,13 @@ def combine(workload: str, mine: dict[str, Any], ref: dict[str, Any]) -> dict[st
     if extras:
         row["details"] = extras
     return row
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def _sig(value: float, digits: int = 6) -> float:
@@ -258,25 +275,27 @@ def machine_info() -> dict[str, Any]:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    headers = ["workload", "metric", "strata", "reference", "ratio", "target", "result", "peak RSS MB"]
+    headers = ["workload", "metric", "strata", "reference", "ratio", "target", "result", "peak RSS MB",
+               "cpu ratio"]
     rows: list[list[str]] = []
     for r in report["results"]:
         if "error" in r:
-            rows.append([r["workload"], "ERROR", r["error"][:60], "", "", "", "ERROR", ""])
+            rows.append([r["workload"], "ERROR", r["error"][:60], "", "", "", "ERROR", "", ""])
             continue
         status = "PASS" if r["pass"] else "MISS"
+        cpu = f"{r['cpu_ratio']:.2f}" if r.get("cpu_ratio") is not None else ""
         if r["workload"] == "W4":
             rows.append([r["workload"], "latency ms", f"{r['latency_ms']:,.1f}",
                          f"{r['reference_latency_ms']:,.1f}", f"{r['ratio']:.2f}", r["target"], status,
-                         f"{r['peak_rss_mb']:,.0f}"])
+                         f"{r['peak_rss_mb']:,.0f}", cpu])
         else:
             rows.append([r["workload"], f"rows/s ({r['rows']:,} rows)", f"{r['rows_per_s']:,.0f}",
                          f"{r['reference_rows_per_s']:,.0f}", f"{r['ratio']:.2f}", r["target"], status,
-                         f"{r['peak_rss_mb']:,.0f}"])
+                         f"{r['peak_rss_mb']:,.0f}", cpu])
         if r["workload"] == "W2":
             rss_status = "PASS" if r["peak_rss_pass"] else "MISS"
             rows.append(["W2", "peak RSS MB", f"{r['peak_rss_mb']:,.0f}", "", "",
-                         f"< {r['peak_rss_target_mb']:g}", rss_status, ""])
+                         f"< {r['peak_rss_target_mb']:g}", rss_status, "", ""])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
     left = {0, 1, 5, 6}
 
@@ -288,7 +307,10 @@ def format_report(report: dict[str, Any]) -> str:
     machine = report.get("machine", {})
     out.append("")
     out.append(f"scale {report.get('scale')}; {machine.get('cpu_count')} CPUs; Python {machine.get('python')}; "
-               f"pyarrow {machine.get('pyarrow')}")
+               f"pyarrow {machine.get('pyarrow')}; load average {machine.get('load_average_start')} at start, "
+               f"{machine.get('load_average_end')} at end")
+    out.append("ratio: wall-clock throughput (W4: latency) against the reference, what the targets "
+               "apply to; cpu ratio: the same with CPU seconds, insensitive to other load")
     unverified = [r["workload"] for r in report["results"] if r.get("verified") is False]
     if unverified:
         out.append(f"WARNING: Strata's results differ from the reference in {', '.join(unverified)}")

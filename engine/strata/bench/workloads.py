@@ -39,8 +39,22 @@ W4_RUNS = 7
 PK_BUCKETS = 4
 
 
-def _clock() -> float:
-    return time.perf_counter()
+class Timer:
+    """Wall-clock and CPU seconds (CPU of every thread of the process) of a block.
+
+    CPU time is reported next to wall time because it does not change when other processes
+    compete for the machine's cores."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+
+    def __enter__(self) -> Timer:
+        gc.collect()
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
 
 
 def _fresh(path: str) -> str:
@@ -49,15 +63,14 @@ def _fresh(path: str) -> str:
     return path
 
 
-def _write_reference(chunks: list[pa.Table], directory: str) -> float:
-    """Seconds to write each chunk to its own Parquet file, like a plain pyarrow job would."""
+def _write_reference(chunks: list[pa.Table], directory: str) -> dict[str, Any]:
+    """Write each chunk to its own Parquet file, like a plain pyarrow job would."""
     _fresh(directory)
-    gc.collect()
-    start = _clock()
-    for i, chunk in enumerate(chunks):
-        pq.write_table(chunk, f"{directory}/part-{i:02d}.parquet", compression=COMPRESSION,
-                       compression_level=COMPRESSION_LEVEL)
-    return _clock() - start
+    with Timer() as timer:
+        for i, chunk in enumerate(chunks):
+            pq.write_table(chunk, f"{directory}/part-{i:02d}.parquet", compression=COMPRESSION,
+                           compression_level=COMPRESSION_LEVEL)
+    return {"rows": sum(c.num_rows for c in chunks), "seconds": timer.wall, "cpu_seconds": timer.cpu}
 
 
 def _warm_up(work_dir: str) -> None:
@@ -91,22 +104,19 @@ def w1_strata(work_dir: str, scale: float) -> dict[str, Any]:
     table = catalog.create_table("bench.w1", gen.SCHEMA, partition_keys=["dt"],
                                  options={"bucket": "-1", "file.compression": COMPRESSION,
                                           "file.compression.zstd-level": str(COMPRESSION_LEVEL)})
-    gc.collect()
-    start = _clock()
-    for chunk in chunks:
-        table.write(chunk)
-    seconds = _clock() - start
+    with Timer() as timer:
+        for chunk in chunks:
+            table.write(chunk)
     rows = sum(c.num_rows for c in chunks)
     snapshot = table.latest_snapshot()
     assert snapshot is not None and snapshot.total_record_count == rows, "W1 lost rows"
-    return {"rows": rows, "seconds": seconds, "commits": len(chunks)}
+    return {"rows": rows, "seconds": timer.wall, "cpu_seconds": timer.cpu, "commits": len(chunks)}
 
 
 def w1_reference(work_dir: str, scale: float) -> dict[str, Any]:
     chunks = gen.w1_chunks(scale)
     _warm_up(work_dir)
-    seconds = _write_reference(chunks, f"{work_dir}/w1-ref")
-    return {"rows": sum(c.num_rows for c in chunks), "seconds": seconds}
+    return _write_reference(chunks, f"{work_dir}/w1-ref")
 
 
 # -- W2 ------------------------------------------------------------------------------------------
@@ -124,24 +134,20 @@ def _pk_table(catalog: strata.Catalog) -> Table:
                                          "write-only": "true"})
 
 
-def _w2_build(work_dir: str, scale: float, upserts: gen.UpsertData,
-              timed: Callable[[], None] | None = None) -> tuple[Table, float, float]:
-    """Create the W2 table, write the base, then the upsert commits; returns seconds of both."""
+def _w2_build(work_dir: str, scale: float, upserts: gen.UpsertData) -> tuple[Table, Timer, Timer]:
+    """Create the W2 table, write the base, then the upsert commits; returns the timings of both."""
     ready = f"{work_dir}/{_W2_READY}"
     if os.path.exists(ready):
         os.remove(ready)
     table = _pk_table(strata.load_catalog(_fresh(f"{work_dir}/w2")))
-    start = _clock()
-    table.write(upserts.base)
-    base_seconds = _clock() - start
-    gc.collect()
-    start = _clock()
-    for chunk in upserts.commits:
-        table.write(chunk)
-    seconds = _clock() - start
+    with Timer() as base:
+        table.write(upserts.base)
+    with Timer() as upsert:
+        for chunk in upserts.commits:
+            table.write(chunk)
     with open(ready, "w") as f:
         json.dump({"scale": scale}, f)
-    return table, base_seconds, seconds
+    return table, base, upsert
 
 
 def w2_table(work_dir: str, scale: float) -> tuple[Table, bool]:
@@ -158,19 +164,18 @@ def w2_table(work_dir: str, scale: float) -> tuple[Table, bool]:
 def w2_strata(work_dir: str, scale: float) -> dict[str, Any]:
     upserts = gen.w2_data(scale)
     _warm_up(work_dir)
-    table, base_seconds, seconds = _w2_build(work_dir, scale, upserts)
+    table, base, upsert = _w2_build(work_dir, scale, upserts)
     rows = sum(c.num_rows for c in upserts.commits)
     plan = table.new_scan().plan()
     files = sum(len(s.files) for s in plan.splits)
-    return {"rows": rows, "seconds": seconds, "commits": len(upserts.commits),
-            "base_rows": upserts.base.num_rows, "base_seconds": base_seconds, "files": files}
+    return {"rows": rows, "seconds": upsert.wall, "cpu_seconds": upsert.cpu, "commits": len(upserts.commits),
+            "base_rows": upserts.base.num_rows, "base_seconds": base.wall, "files": files}
 
 
 def w2_reference(work_dir: str, scale: float) -> dict[str, Any]:
     upserts = gen.w2_data(scale)
     _warm_up(work_dir)
-    seconds = _write_reference(upserts.commits, f"{work_dir}/w2-ref")
-    return {"rows": sum(c.num_rows for c in upserts.commits), "seconds": seconds}
+    return _write_reference(upserts.commits, f"{work_dir}/w2-ref")
 
 
 # -- W3 / W4 reference files ------------------------------------------------------------------
@@ -203,47 +208,47 @@ def _parquet_files(directory: str) -> list[str]:
 # -- W3 ------------------------------------------------------------------------------------------
 
 
-def _median_time(fn: Callable[[], pa.Table], runs: int) -> tuple[float, list[float], pa.Table]:
-    times, result = [], None
+def _median_time(fn: Callable[[], pa.Table], runs: int) -> tuple[dict[str, Any], pa.Table]:
+    walls, cpus, result = [], [], None
     for _ in range(runs):
-        gc.collect()
-        start = _clock()
-        result = fn()
-        times.append(_clock() - start)
+        with Timer() as timer:
+            result = fn()
+        walls.append(timer.wall)
+        cpus.append(timer.cpu)
     assert result is not None
-    return statistics.median(times), times, result
+    return {"rows": result.num_rows, "seconds": statistics.median(walls), "runs_seconds": walls,
+            "cpu_seconds": statistics.median(cpus)}, result
 
 
 def w3_strata(work_dir: str, scale: float) -> dict[str, Any]:
     table, built = w2_table(work_dir, scale)
     _warm_up(work_dir)
-    seconds, times, result = _median_time(table.to_arrow, READ_RUNS)
+    timing, result = _median_time(table.to_arrow, READ_RUNS)
     files = sum(len(s.files) for s in table.new_scan().plan().splits)
-    return {"rows": result.num_rows, "seconds": seconds, "runs_seconds": times, "files": files,
-            "digest": gen.digest(result), "built_table": built}
+    return {**timing, "files": files, "digest": gen.digest(result), "built_table": built}
 
 
 def w3_reference(work_dir: str, scale: float) -> dict[str, Any]:
     directory, _ = _final_files(work_dir, scale)
     _warm_up(work_dir)
     files = _parquet_files(directory)
-    seconds, times, result = _median_time(lambda: pq.read_table(files), READ_RUNS)
-    return {"rows": result.num_rows, "seconds": seconds, "runs_seconds": times,
-            "digest": gen.digest(result)}
+    timing, result = _median_time(lambda: pq.read_table(files), READ_RUNS)
+    return {**timing, "digest": gen.digest(result)}
 
 
 # -- W4 ------------------------------------------------------------------------------------------
 
 
-def _latencies(query: Callable[[int], pa.Table], xs: list[int]) -> tuple[list[float], list[int]]:
-    times, counts = [], []
+def _latencies(query: Callable[[int], pa.Table], xs: list[int]) -> dict[str, Any]:
+    walls, cpus, counts = [], [], []
     for x in xs:
-        gc.collect()
-        start = _clock()
-        result = query(x)
-        times.append(_clock() - start)
+        with Timer() as timer:
+            result = query(x)
+        walls.append(timer.wall * 1000)
+        cpus.append(timer.cpu * 1000)
         counts.append(result.num_rows)
-    return times, counts
+    return {"latency_ms": statistics.median(walls), "runs_ms": walls, "cpu_ms": statistics.median(cpus),
+            "xs": xs, "rows_per_query": counts}
 
 
 def w4_strata(work_dir: str, scale: float) -> dict[str, Any]:
@@ -254,9 +259,7 @@ def w4_strata(work_dir: str, scale: float) -> dict[str, Any]:
     def query(x: int) -> pa.Table:
         return table.to_arrow(filter=strata.col("id").between(x, x + gen.W4_RANGE))
 
-    times, counts = _latencies(query, xs)
-    return {"latency_ms": statistics.median(times) * 1000, "runs_ms": [t * 1000 for t in times],
-            "xs": xs, "rows_per_query": counts, "built_table": built}
+    return {**_latencies(query, xs), "built_table": built}
 
 
 def w4_reference(work_dir: str, scale: float) -> dict[str, Any]:
@@ -270,9 +273,7 @@ def w4_reference(work_dir: str, scale: float) -> dict[str, Any]:
         dataset = ds.dataset(files, format="parquet")
         return dataset.to_table(filter=(ds.field("id") >= x) & (ds.field("id") <= x + gen.W4_RANGE))
 
-    times, counts = _latencies(query, xs)
-    return {"latency_ms": statistics.median(times) * 1000, "runs_ms": [t * 1000 for t in times],
-            "xs": xs, "rows_per_query": counts}
+    return _latencies(query, xs)
 
 
 PARTS: dict[tuple[str, str], Callable[[str, float], dict[str, Any]]] = {

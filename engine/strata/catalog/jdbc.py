@@ -117,6 +117,7 @@ class JdbcCatalog(Catalog):
         self.lock_enabled = _choice(self.options, "lock.enabled",
                                     str(self.file_io.is_object_store).lower(), ("true", "false")) == "true"
         self.lock_free = _choice(self.options, "commit.lock-free", "auto", ("true", "false", "auto"))
+        self._warned: set[str] = set()
         self._init_tables()
         self.locks = JdbcCatalogLock(self.engine, self.catalog_key, self.options) if self.lock_enabled else None
 
@@ -205,6 +206,8 @@ class JdbcCatalog(Catalog):
         except IntegrityError:
             if not ignore_if_exists:
                 raise TableAlreadyExistsError(f"database {name!r} already exists") from None
+            return
+        self.file_io.mkdirs(props[LOCATION_PROPERTY])  # browsable by path, as a filesystem catalog's
 
     def drop_database(self, name: str, ignore_if_not_exists: bool = False, cascade: bool = False) -> None:
         if not self._database_exists(name):
@@ -326,6 +329,9 @@ class JdbcCatalog(Catalog):
         if mode == "atomic":
             return None  # SnapshotManager.publish -> FileIO.write_new (link(2) / conditional PUT)
         if mode == "unsafe":
+            if str(table.identifier) in self._warned:
+                return None
+            self._warned.add(str(table.identifier))
             log.warning("table %s: publishing snapshots on an object store without a lock or conditional PUT "
                         "(lock.enabled=false): concurrent commits may lose a snapshot", table.identifier)
             return None

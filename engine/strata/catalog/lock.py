@@ -48,8 +48,9 @@ LOCK_EXPIRE_TIME = ("lock.expire-time", "60 s")
 LOCK_KEY_MAX_LENGTH = ("lock-key-max-length", "255")
 
 
-class LockAcquireTimeoutError(StrataError, TimeoutError):
-    """The lock stayed held by someone else for the whole ``lock-acquire-timeout``."""
+class LockAcquireTimeoutError(StrataError):
+    """The lock stayed held by someone else for the whole ``lock-acquire-timeout``. (Deliberately
+    not an OSError: a commit treats those as ambiguous and retries, this one must abort it.)"""
 
 
 def _duration_ms(options: Mapping[str, str], option: tuple[str, str]) -> int:

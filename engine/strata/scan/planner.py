@@ -133,11 +133,11 @@ class TableScan:
 
     def plan_changes(self, snapshot_id: int) -> list[DataSplit]:
         """What a streaming or incremental reader consumes for one snapshot: the changelog when
-        the table has a changelog producer, else the delta of non-compaction snapshots."""
+        the table has a changelog producer, else the delta of APPEND snapshots."""
         if self.table.core.get("changelog-producer") != "none":
             return self.plan_changelog(snapshot_id)
-        if self.table.snapshot_manager.snapshot(snapshot_id).commit_kind == "COMPACT":
-            return []
+        if self.table.snapshot_manager.snapshot(snapshot_id).commit_kind != "APPEND":
+            return []  # like Java's delta mode: compactions rewrite rows, overwrites are no changelog
         return self.plan_delta(snapshot_id)
 
     def _splits(self, snapshot_id: int, entries: list[ManifestEntry]) -> list[DataSplit]:

@@ -97,7 +97,8 @@ class DataType:
             tz = "UTC" if r == "TIMESTAMP_LTZ" else None
             return pa.timestamp(_time_unit(self.precision or 0), tz=tz)
         if r == "TIME":
-            return pa.time32("ms") if (self.precision or 0) <= 3 else pa.time64("us")
+            # Paimon keeps TIME as an int of milliseconds whatever the precision (so do its files)
+            return pa.time32("ms")
         raise UnsupportedTypeError(f"no Arrow mapping for {self.to_json()}")
 
     @staticmethod

@@ -85,9 +85,13 @@ class TableRead:
             yield from self._read(split, f, self.value_columns, self.filter)
 
     def _merged(self, split: DataSplit) -> Iterator[pa.Table]:
-        wanted = [*self.key_names, SEQUENCE_NUMBER, VALUE_KIND, *self.value_columns]
+        # a value column that is also a key column is not decoded twice: it is its _KEY_ column
+        key_values = [n for n in self.value_columns if KEY_PREFIX + n in self.key_names]
+        wanted = [*self.key_names, SEQUENCE_NUMBER, VALUE_KIND,
+                  *(n for n in self.value_columns if n not in key_values)]
         assert self.key_order is not None
-        runs = [self._run(split, files, wanted) for files in _sorted_runs(split.files, self.key_order)]
+        runs = [self._run(split, files, wanted, key_values)
+                for files in _sorted_runs(split.files, self.key_order)]
         if split.row_kinds:  # a delta: every record as written, no merging
             for run in runs:
                 yield from run
@@ -95,13 +99,16 @@ class TableRead:
         assert self.merge_function is not None
         yield from merge_runs(runs, self.key_names, self.merge_function)
 
-    def _run(self, split: DataSplit, files: list[DataFileMeta], wanted: list[str]) -> Iterator[pa.Table]:
+    def _run(self, split: DataSplit, files: list[DataFileMeta], wanted: list[str],
+             key_values: Sequence[str] = ()) -> Iterator[pa.Table]:
         # The key-only part of the filter can drop rows before merging: every record of a key
         # carries the same key, so it keeps or drops all of them, and merging the survivors gives
         # the same rows as merging everything and filtering after (which _finish still does).
         expression = self.key_filter.to_arrow() if self.key_filter is not None else None
         for f in files:
             for batch in self._read(split, f, wanted, self.key_filter):
+                for name in key_values:  # zero-copy: the same array under the value column's name
+                    batch = batch.append_column(name, batch.column(KEY_PREFIX + name))
                 yield batch if expression is None else batch.filter(expression)
 
     def _read(self, split: DataSplit, f: DataFileMeta, wanted: list[str],

@@ -8,9 +8,11 @@ argv[1] is a JSON list of jobs, run in order; data travels as Arrow IPC files:
 Prints a JSON list with one result per job ({"error": traceback} when it failed).
 """
 
+import datetime
 import json
 import sys
 import traceback
+from decimal import Decimal
 
 import pyarrow as pa
 from pypaimon import CatalogFactory, Schema
@@ -24,6 +26,15 @@ def load(path):
 def save(table, path):
     with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
+
+
+def literal(value):
+    """Decode the tagged literals of the test side (decimal, bytes, date, datetime)."""
+    if not isinstance(value, dict):
+        return value
+    (tag, text), = value.items()
+    return {"decimal": Decimal, "bytes": bytes.fromhex, "date": datetime.date.fromisoformat,
+            "datetime": datetime.datetime.fromisoformat}[tag](text)
 
 
 def create(catalog, job):
@@ -55,7 +66,7 @@ def read(catalog, job):
     builder = table.new_read_builder()
     if job.get("filter"):
         predicates = builder.new_predicate_builder()
-        parts = [getattr(predicates, op)(column, value) for column, op, value in job["filter"]]
+        parts = [getattr(predicates, op)(column, literal(value)) for column, op, value in job["filter"]]
         builder = builder.with_filter(parts[0] if len(parts) == 1 else predicates.and_predicates(parts))
     splits = builder.new_scan().plan().splits()
     result = builder.new_read().to_arrow(splits)

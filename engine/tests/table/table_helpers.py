@@ -29,6 +29,7 @@ ALL_TYPES: list[tuple[str, pa.DataType]] = [
     ("c_ts3", pa.timestamp("ms")),
     ("c_ts6", pa.timestamp("us")),
     ("c_ltz", pa.timestamp("us", tz="UTC")),
+    ("c_time", pa.time32("ms")),
 ]
 
 
@@ -60,6 +61,9 @@ def sample_values(t: pa.DataType, n: int) -> list[Any]:
         base = dt.datetime(1969, 12, 31, 23, 59, 58, tzinfo=tz)
         micros = 1000 if t.unit == "ms" else 1
         return [base + dt.timedelta(microseconds=micros * 7 * i, hours=5 * i) for i in range(n)]
+    if pa.types.is_time(t):
+        return [dt.time(0), *(dt.time(i % 24, (7 * i) % 60, (13 * i) % 60, 1000 * i) for i in range(1, n - 1)),
+                dt.time(23, 59, 59, 999000)][:n]
     raise AssertionError(f"no sample values for {t}")
 
 

@@ -326,10 +326,8 @@ def test_damaged_data_file_names_the_file(table, how):
 # -- features Strata would get wrong are refused, not ignored ------------------------------------------
 
 @pytest.mark.parametrize("options,culprit", [
-    ({"sequence.field": "small"}, "sequence.field"),
-    ({"merge-engine": "partial-update"}, "partial-update"),
-    ({"merge-engine": "aggregation"}, "aggregation"),
     ({"deletion-vectors.enabled": "true"}, "deletion-vectors"),
+    ({"partition.legacy-name": "false"}, "legacy-name"),
     ({"rowkind.field": "nope"}, "rowkind.field"),
     ({"rowkind.field": "small"}, "rowkind.field"),
 ])
@@ -339,20 +337,38 @@ def test_unsupported_features_are_refused(catalog, options, culprit):
     assert not catalog.table_exists("db.u")
 
 
-def test_foreign_table_with_sequence_field_is_not_misread(catalog):
-    """A table another engine created with sequence.field must not be read by write order."""
+def test_sequence_field_decides_over_write_order(catalog):
+    """sequence.field must be honoured (merging by write order would let older rows win)."""
+    table = catalog.create_table("db.seq", SCHEMA, primary_keys=["id"],
+                                 options={"bucket": "1", "sequence.field": "small"})
+    table.write(batch([1], small=pa.array([5], pa.int8()), name=pa.array(["new"])))
+    table.write(batch([1], small=pa.array([3], pa.int8()), name=pa.array(["old"])))
+    assert [r["name"] for r in rows(table)] == ["new"]
+
+
+def test_foreign_table_with_deletion_vectors_is_not_misread(catalog):
+    """A table another engine wrote with deletion vectors must not be read without them."""
     import json
 
-    table = catalog.create_table("db.seq", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
+    table = catalog.create_table("db.dv", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
     table.write(batch([1]))
     path = os.path.join(table.path, "schema", "schema-0")
     with open(path) as f:
         schema = json.load(f)
-    schema["options"]["sequence.field"] = "small"
+    schema["options"]["deletion-vectors.enabled"] = "true"
     with open(path, "w") as f:
         json.dump(schema, f)
-    fresh = catalog.get_table("db.seq")
-    with pytest.raises(NotImplementedError, match=r"sequence\.field"):
-        fresh.to_arrow()
-    with pytest.raises(NotImplementedError, match=r"sequence\.field"):
-        fresh.write(batch([2]))
+    with pytest.raises(NotImplementedError, match="deletion vectors"):
+        catalog.get_table("db.dv").to_arrow()
+
+
+def test_time_keeps_milliseconds_only(catalog):
+    """Paimon stores TIME as milliseconds of the day: finer values are refused, not truncated."""
+    schema = pa.schema([("id", pa.int32()), ("t", pa.time64("us"))])
+    table = catalog.create_table("db.time", schema)
+    assert table.schema.field("t").type.to_json() == "TIME(6)"
+    table.write(pa.table({"id": pa.array([1], pa.int32()), "t": pa.array([dt.time(1, 2, 3, 4000)], pa.time64("us"))}))
+    with pytest.raises(SchemaMismatchError, match="'t'"):
+        table.write(pa.table({"id": pa.array([2], pa.int32()),
+                              "t": pa.array([dt.time(1, 2, 3, 4001)], pa.time64("us"))}))
+    assert table.to_arrow().to_pylist() == [{"id": 1, "t": dt.time(1, 2, 3, 4000)}]

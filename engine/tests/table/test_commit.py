@@ -318,3 +318,49 @@ def test_listing_survives_files_vanishing_during_the_scan(table, monkeypatch):
     monkeypatch.setattr(os, "scandir", scandir)
     os.remove(os.path.join(manager.dir, "LATEST"))
     assert manager.latest_id() == 1
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_many_commits_with_manifest_merging(catalog, partitioned):
+    """Base manifests are merged every few commits: ADD/DELETE pairs must cancel correctly and every
+    snapshot must stay readable by time travel."""
+    schema = pa.schema([("id", pa.int64()), ("dt", pa.string()), ("v", pa.string())])
+    table = catalog.create_table("db.m", schema, partition_keys=["dt"] if partitioned else None,
+                                 primary_keys=["id", "dt"] if partitioned else ["id"],
+                                 options={"bucket": "2", "manifest.merge-min-count": "3"})
+    model, history = {}, {}
+
+    def batch(ids, part, tag):
+        return pa.table({"id": pa.array(ids, pa.int64()), "dt": [part] * len(ids),
+                         "v": [f"{tag}{i}" for i in ids]})
+
+    for step in range(12):
+        part = "ab"[step % 2]
+        ids = list(range(step, step + 6))
+        if step % 5 == 4:
+            table.write(batch(ids, part, f"o{step}-"), mode="overwrite",
+                        partition={"dt": part} if partitioned else None)
+            model = {k: v for k, v in model.items() if partitioned and k[1] != part}
+        elif step % 3 == 2:
+            table.delete(batch(ids[:2], part, ""))
+            for i in ids[:2]:
+                model.pop((i, part if partitioned else None), None)
+            ids = []
+        else:
+            table.write(batch(ids, part, f"s{step}-"))
+        if not partitioned:
+            model = {(k[0], None): v for k, v in model.items()}
+        for i in ids:
+            model[(i, part if partitioned else None)] = (part, f"{'o' if step % 5 == 4 else 's'}{step}-{i}")
+        history[table.latest_snapshot().id] = dict(model)
+
+    def state(sid):
+        return {(r["id"], r["dt"] if partitioned else None): (r["dt"], r["v"])
+                for r in table.to_arrow(snapshot_id=sid).to_pylist()}
+
+    for sid, expected in history.items():
+        assert state(sid) == expected, sid
+    snap = table.latest_snapshot()
+    metas = table.manifest_store.read_manifest_list(snap.base_manifest_list)
+    assert len(metas) < 12  # merged, not one manifest per commit
+    assert snap.total_record_count == sum(f.row_count for s in table.scan() for f in s.files)

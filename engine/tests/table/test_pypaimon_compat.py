@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from table_helpers import ALL_TYPES, all_types_table, rows
+from table_helpers import ALL_TYPES, all_types_table, rows, sample_values
 
 import strata
 
@@ -210,8 +210,42 @@ def strata_written(tmp_path_factory):
     for name, predicate in filters.items():
         jobs.append({"op": "read", "table": f"db.{name}", "out": str(root / f"{name}-f.arrow"), "filter": predicate})
         keys.append((name, "filtered"))
+    for name, arrow_type in ALL_TYPES:  # one key lookup per key type: pypaimon picks the bucket
+        table = _keyed_by(catalog, name, arrow_type)
+        tables[f"key_{name}"] = table
+        for i, probe in enumerate(_probes(arrow_type)):
+            filters[f"key_{name}", i] = [["x", "equal", _json_literal(probe)]]
+            jobs.append({"op": "read", "table": f"db.key_{name}", "out": str(root / f"key_{name}-{i}.arrow"),
+                         "filter": filters[f"key_{name}", i]})
+            keys.append((f"key_{name}", f"probe-{i}"))
     results = pypaimon(warehouse, jobs)
     return tables, dict(zip(keys, zip(jobs, results, strict=True), strict=True)), filters
+
+
+def _probes(arrow_type: pa.DataType) -> list:
+    values = sample_values(arrow_type, 12) if not pa.types.is_boolean(arrow_type) else [False, True]
+    return [values[1], values[-2]] if len(values) > 2 else values
+
+
+def _json_literal(value):
+    """A predicate literal for the driver (JSON with a tag for non-JSON types)."""
+    if isinstance(value, Decimal):
+        return {"decimal": str(value)}
+    if isinstance(value, bytes):
+        return {"bytes": value.hex()}
+    if isinstance(value, dt.datetime):
+        return {"datetime": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"date": value.isoformat()}
+    return value
+
+
+def _keyed_by(catalog, name: str, arrow_type: pa.DataType):
+    values = sample_values(arrow_type, 12) if not pa.types.is_boolean(arrow_type) else [False, True]
+    table = catalog.create_table(f"db.key_{name}", pa.schema([("x", arrow_type), ("v", pa.int32())]),
+                                 primary_keys=["x"], options={"bucket": "5"})
+    table.write(pa.table({"x": pa.array(values, arrow_type), "v": pa.array(range(len(values)), pa.int32())}))
+    return table
 
 
 @pytest.mark.parametrize("name", sorted(STRATA_TABLES))
@@ -248,6 +282,17 @@ def test_pypaimon_filtered_reads_find_strata_rows(strata_written, name):
     # pypaimon may return whole files (filters prune, they need not be exact): keep matching rows
     got = got.filter(predicate.to_arrow())
     assert_same(expected, got)
+
+
+@pytest.mark.parametrize("name,arrow_type", ALL_TYPES, ids=[n for n, _ in ALL_TYPES])
+def test_pypaimon_finds_every_key_type_in_its_bucket(strata_written, name, arrow_type):
+    tables, results, _ = strata_written
+    for i, probe in enumerate(_probes(arrow_type)):
+        job, result = results[(f"key_{name}", f"probe-{i}")]
+        assert "error" not in result, result.get("error")
+        got = load(job["out"]).filter(pa.compute.equal(pa.compute.field("x"), pa.scalar(probe, arrow_type)))
+        assert_same(tables[f"key_{name}"].to_arrow(filter=strata.col("x") == probe), got)
+        assert got.num_rows == 1, (probe, load(job["out"]).to_pylist())
 
 
 def test_every_type_is_declared_like_pypaimon(strata_written):
