@@ -17,6 +17,7 @@ from strata.errors import (
     TableNotFoundError,
 )
 from strata.fs import FileIO, file_io_for
+from strata.mergetree.merge_function import validate_merge_options
 from strata.schema.schema_manager import SchemaManager
 from strata.schema.table_schema import TableSchema, schema_from_arrow
 from strata.table.table import Table
@@ -145,6 +146,7 @@ def validate_schema(schema: TableSchema, where: str) -> None:
         raise SchemaMismatchError(f"append table {where} with bucket={bucket} needs option 'bucket-key'")
     if not schema.primary_keys and bucket == -2:
         raise SchemaMismatchError(f"postpone bucket is not supported (table {where})")
+    validate_merge_options(schema, f"table {where}")
     _check_supported(schema, core, where)
     for key in schema.bucket_keys() if bucket > 0 else []:
         if key not in names:

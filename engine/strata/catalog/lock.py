@@ -7,10 +7,10 @@ Layout (Paimon's SQLite / PostgreSQL dialects; ``lock_owner`` is the column newe
                              expire_time_seconds BIGINT DEFAULT 0 NOT NULL,
                              lock_owner VARCHAR(36))
 
-* acquire: first DELETE this lock's row if it is stale (``now - acquired_at > expire_time_seconds``,
-  by the database's clock), then INSERT it. A primary-key violation means someone holds it: back
-  off (doubling, with jitter, capped at ``lock-check-max-sleep``) and retry until
-  ``lock-acquire-timeout``.
+* acquire: INSERT the row. On a primary-key violation, DELETE the row if it is stale
+  (``now - acquired_at > expire_time_seconds``, by the database's clock) and INSERT again; if it is
+  live, someone holds the lock: back off (doubling, with jitter, capped at
+  ``lock-check-max-sleep``) and retry until ``lock-acquire-timeout``.
 * release: DELETE the row, only if it is still ours (``lock_owner``): a holder whose lease was taken
   over must not free its successor's lock.
 * ``lock_id`` = ``"<catalog-key>.<database>.<table>"``, as Paimon's ``JdbcCatalogLock``.
@@ -134,9 +134,13 @@ class JdbcLock:
         return int(result.rowcount or 0)
 
     def try_acquire(self) -> bool:
-        """One attempt: clear a stale row, then INSERT ours. False if someone holds the lock."""
+        """One attempt: INSERT our row; if taken, clear it when stale and INSERT once more.
+        False if someone holds the lock. (Paimon clears first; inserting first saves the
+        uncontended path a round trip.)"""
         self.attempts += 1
-        self.expire_stale()
+        return self._insert() or (self.expire_stale() > 0 and self._insert())
+
+    def _insert(self) -> bool:
         started = time.monotonic()
         try:
             with self.engine.begin() as conn:

@@ -48,6 +48,7 @@ class MergeFunction(ABC):
 
     def check_kinds(self, kinds: np.ndarray, columns: Sequence[str]) -> None:
         """Raise early (at write time) for row kinds the engine will refuse to merge."""
+        return None  # every row kind is accepted
 
 
 class DeduplicateMerge(MergeFunction):
@@ -172,6 +173,8 @@ def validate_merge_options(schema: TableSchema, where: str | None = None) -> Non
             for field in parts[1].split(","):
                 if field != "default-aggregate-function" and field not in names:
                     raise OptionError(f"{where}: option {key!r} names field {field!r}, which is not a column")
+            if parts[-1] in ("ignore-retract", "distinct") and options[key].lower() not in ("true", "false"):
+                raise OptionError(f"{where}: option {key!r} must be true or false, got {options[key]!r}")
     sequence_fields = core.sequence_fields()
     for field in sequence_fields:
         if field not in names:

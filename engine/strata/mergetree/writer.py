@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from strata import metrics
 from strata.io.data_file_writer import DataFileWriter
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.compact.manager import CompactManager
@@ -112,6 +113,11 @@ class KeyValueBucketWriter(BucketWriter):
         if manager is not None:
             manager.runner = self._run_unit
 
+    def write(self, rows: pa.Table, kinds: np.ndarray | None) -> None:
+        if kinds is not None:  # refuse row kinds the merge engine rejects now, not at flush time
+            self.merge_function.check_kinds(kinds, rows.column_names)
+        super().write(rows, kinds)
+
     def _to_file_layout(self, rows: pa.Table, kinds: np.ndarray | None) -> pa.Table:
         n = rows.num_rows
         seq = pa.array(np.arange(self.next_sequence, self.next_sequence + n, dtype=np.int64))
@@ -159,7 +165,8 @@ class KeyValueBucketWriter(BucketWriter):
         self._collect_compaction(blocking=False)
         while manager.should_stall() and manager.running:
             manager.stalls += 1
-            self._collect_compaction(blocking=True)
+            with metrics.write_stall(manager.table):
+                self._collect_compaction(blocking=True)
             manager.trigger()
         manager.trigger()
 

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from strata import metrics
 from strata.errors import CommitFailedError
 from strata.fs import FileIO
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
@@ -60,11 +61,16 @@ class FileStoreCommit:
         self.paths = PathFactory(table_path)
         self.publish = publish or (lambda manager, snap: manager.publish(snap))
         self.key_order = key_decoder(schema) if schema.primary_keys else None
+        self.metric_table = metrics.table_label(table_path)  # the `table` label; TableCommit gives db.table
+        # computes a snapshot's properties from the snapshot it builds on (e.g. the log store's
+        # per-bucket offsets, carried forward); None keeps the given properties
+        self.properties_hook: Callable[[Snapshot | None, dict[str, str] | None], dict[str, str] | None] | None = None
 
     # -- public API --------------------------------------------------------------------------
     def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
                properties: dict[str, str] | None = None, watermark: int | None = None) -> CommitResult:
         if self._already_committed(identifier):
+            metrics.commit_duplicate(self.metric_table)
             return CommitResult(skipped_as_duplicate=True)
         changes = []
         append = [e for m in messages for e in _entries(m, m.new_files, FileKind.ADD)]
@@ -87,6 +93,7 @@ class FileStoreCommit:
                   properties: dict[str, str] | None = None) -> CommitResult:
         """Replace the given partitions (None: the whole table) with the messages' new files."""
         if self._already_committed(identifier):
+            metrics.commit_duplicate(self.metric_table)
             return CommitResult(skipped_as_duplicate=True)
         entries = [e for m in messages for e in _entries(m, m.new_files, FileKind.ADD)]
         change = _Change(CommitKind.OVERWRITE, entries, overwrite_partitions=partitions or [])
@@ -119,9 +126,10 @@ class FileStoreCommit:
         for change in changes:
             delta_metas = self.manifests.write_manifests(change.entries, self.paths) \
                 if change.overwrite_partitions is None else None
-            snapshot_id = self._try_commit(change, delta_metas, identifier, properties, watermark, result)
-            if snapshot_id is not None:
-                result.snapshot_ids.append(snapshot_id)
+            with metrics.observe_commit(self.metric_table, change.kind, result):
+                snapshot_id = self._try_commit(change, delta_metas, identifier, properties, watermark, result)
+                if snapshot_id is not None:
+                    result.snapshot_ids.append(snapshot_id)
         return result
 
     def _try_commit(self, change: _Change, delta_metas: list | None, identifier: int,
@@ -143,7 +151,9 @@ class FileStoreCommit:
             if snapshot is None:
                 return None
             if self._publish(snapshot):
+                metrics.commit_published(self.metric_table, change.kind, snapshot, self._attempt_entries)
                 return snapshot.id
+            metrics.commit_retry(self.metric_table, change.kind)
             self._cleanup_attempt(snapshot, delta_metas)
             if timeout is not None and (time.monotonic() - started) * 1000 > timeout:
                 break
@@ -193,6 +203,7 @@ class FileStoreCommit:
             if change.overwrite_partitions is not None:
                 entries = self._overwrite_entries(live, change)
             check_conflicts(live, entries, self.key_order, self.table_path)
+        self._attempt_entries = entries  # what the snapshot adds and deletes, for the metrics
         if delta_metas is None:
             delta_metas = self.manifests.write_manifests(entries, self.paths)
         merged_base = self.manifests.merge(base_metas, self.paths)
@@ -208,6 +219,8 @@ class FileStoreCommit:
         if kind == CommitKind.APPEND and deleted:
             kind = CommitKind.OVERWRITE
         total = (latest.total_record_count if latest else 0) + added - deleted
+        if self.properties_hook is not None:
+            properties = self.properties_hook(latest, properties)
         return Snapshot(
             id=(latest.id + 1) if latest else 1, schema_id=self.schema.id,
             base_manifest_list=base_name, base_manifest_list_size=base_size,

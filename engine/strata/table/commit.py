@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from strata.errors import WriterClosedError
@@ -26,12 +26,14 @@ class TableCommit:
         self.commit_user = commit_user or (f"{prefix}-" if prefix else "") + str(uuid.uuid4())
         self._commit = FileStoreCommit(table.file_io, table.path, table.schema, self.commit_user,
                                        publish=table.snapshot_publisher())
+        self._commit.metric_table = str(table.identifier)
         self.closed = False
 
     def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
                properties: Mapping[str, str] | None = None, watermark: int | None = None) -> CommitResult:
         self._check_open()
-        return self._commit.commit(messages, identifier, dict(properties or {}) or None, watermark)
+        return self._with_log(messages, lambda: self._commit.commit(
+            messages, identifier, dict(properties or {}) or None, watermark))
 
     def overwrite(self, messages: Sequence[CommitMessage], partition: Mapping[str, Any] | None = None,
                   identifier: int = BATCH_COMMIT_IDENTIFIER, dynamic: bool = False,
@@ -47,7 +49,27 @@ class TableCommit:
             targets = sorted({m.partition for m in messages})
             if not targets:
                 return CommitResult()
-        return self._commit.overwrite(messages, targets, identifier, dict(properties or {}) or None)
+        return self._with_log(messages, lambda: self._commit.overwrite(
+            messages, targets, identifier, dict(properties or {}) or None))
+
+    def _with_log(self, messages: Sequence[CommitMessage], run: Callable[[], CommitResult]) -> CommitResult:
+        """With a log store (log.system=kafka): the snapshot records the log offsets, and the log
+        transaction commits after the snapshot is published (aborts if it fails or is a replay)."""
+        from strata.log.kafka import log_commit_for
+
+        log_commit = log_commit_for(self.table, messages)
+        if log_commit is None:
+            return run()
+        self._commit.properties_hook = log_commit.snapshot_properties
+        try:
+            result = run()
+        except BaseException:
+            log_commit.fail()
+            raise
+        finally:
+            self._commit.properties_hook = None
+        log_commit.finish(result)
+        return result
 
     def last_committed_identifier(self) -> int | None:
         return self._commit.last_committed_identifier()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from strata.manifest.data_file_meta import DataFileMeta
 
@@ -17,6 +18,8 @@ class CommitMessage:
     compact_after: list[DataFileMeta] = field(default_factory=list)
     changelog_files: list[DataFileMeta] = field(default_factory=list)  # with new_files (input producer)
     compact_changelog_files: list[DataFileMeta] = field(default_factory=list)  # from compaction
+    # the log store's records of this commit (strata.log.kafka.LogCommittable), if any
+    log: Any = field(default=None, compare=False, repr=False)
 
     def is_empty(self) -> bool:
         return not (self.new_files or self.compact_before or self.compact_after or self.changelog_files

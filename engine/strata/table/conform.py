@@ -78,9 +78,11 @@ def _family(t: pa.DataType) -> str:
         return "binary"
     if pa.types.is_date(t) or pa.types.is_timestamp(t):
         return "datetime"
+    if pa.types.is_time(t):
+        return "time"
     if pa.types.is_null(t):
         return "null"
-    return str(t)  # boolean, time, nested: only the same type (or a sibling unit) converts
+    return str(t)  # boolean, nested: only the same type converts
 
 
 def _same_values(before: pa.ChunkedArray, after: pa.ChunkedArray) -> bool:

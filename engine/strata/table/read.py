@@ -41,7 +41,7 @@ class TableRead:
         self.value_columns = [n for n in self.schema.field_names if n in needed]
         self.output_schema = pa.schema([self.schema.field(n).to_arrow() for n in self.columns])
         self.key_names = [KEY_PREFIX + f.name for f in self.schema.key_fields()] if self.schema.primary_keys else []
-        self.merge_function = merge_function_for(self.schema.options) if self.schema.primary_keys else None
+        self.merge_function = merge_function_for(self.schema.options, self.schema) if self.schema.primary_keys else None
         key_fields = set(self.schema.trimmed_primary_keys)
         self.key_order = key_decoder(self.schema) if self.schema.primary_keys else None
         self.key_filter = only_fields(filter, key_fields) if self.schema.primary_keys else filter
@@ -89,6 +89,8 @@ class TableRead:
         key_values = [n for n in self.value_columns if KEY_PREFIX + n in self.key_names]
         wanted = [*self.key_names, SEQUENCE_NUMBER, VALUE_KIND,
                   *(n for n in self.value_columns if n not in key_values)]
+        if self.merge_function is not None and not split.row_kinds:  # e.g. sequence fields
+            wanted += [n for n in self.merge_function.required_columns(self.value_columns) if n not in wanted]
         assert self.key_order is not None
         runs = [self._run(split, files, wanted, key_values)
                 for files in _sorted_runs(split.files, self.key_order)]

@@ -68,8 +68,10 @@ class Table:
         return hook(self) if callable(hook) else None
 
     # -- builders (pypaimon-style) -------------------------------------------------------------
-    def new_write(self) -> TableWrite:
-        return TableWrite(self)
+    def new_write(self, commit_user: str | None = None) -> TableWrite:
+        """`commit_user`: the committer's, so the log store (log.system=kafka) can derive a stable
+        transactional id from it."""
+        return TableWrite(self, commit_user=commit_user)
 
     def new_commit(self, commit_user: str | None = None) -> TableCommit:
         return TableCommit(self, commit_user)
@@ -90,7 +92,7 @@ class Table:
         (whole table, or the static `partition`), 'overwrite-dynamic' (partitions written)."""
         if mode not in ("append", "overwrite", "overwrite-dynamic"):
             raise ValueError(f"unknown write mode {mode!r}: use append, overwrite or overwrite-dynamic")
-        with self.new_write() as writer:
+        with self.new_write(commit_user) as writer:
             writer.write_arrow(data, row_kind=row_kind)
             messages = writer.prepare_commit()
         commit = self.new_commit(commit_user)

@@ -28,15 +28,20 @@ from strata.table.conform import conform, row_kinds, to_arrow_table
 from strata.table.paths import PathFactory, partition_path
 
 if TYPE_CHECKING:
+    from strata.log.kafka import LogWriter
     from strata.table.table import Table
 
 
 class TableWrite:
     """Accepts Arrow/pandas data for one table; `prepare_commit` returns the commit messages."""
 
-    def __init__(self, table: Table, compaction: bool | None = None):
-        """`compaction` overrides `write-only` (True for the dedicated compaction job)."""
+    def __init__(self, table: Table, compaction: bool | None = None, commit_user: str | None = None):
+        """`compaction` overrides `write-only` (True for the dedicated compaction job);
+        `commit_user` names the writer for the log store's transactions (log.system=kafka)."""
         self.table = table
+        self.commit_user = commit_user
+        self._log: LogWriter | None = None
+        self._log_enabled = not compaction and str(table.core.get("log.system")) == "kafka"
         self.schema = table.schema
         self.core = CoreOptions(self.schema.options)
         self.num_buckets = self.core.bucket
@@ -51,7 +56,7 @@ class TableWrite:
         self.full_compaction_every = int(full_every) if full_every is not None else None
         self.commits_prepared = 0
         self._executor: ThreadPoolExecutor | None = None
-        self.merge_function = merge_function_for(self.schema.options) if self.schema.primary_keys else None
+        self.merge_function = merge_function_for(self.schema.options, self.schema) if self.schema.primary_keys else None
         level = self.core.get("file.compression.zstd-level")
         compression = str(self.core.get("file.compression"))
         self.config = WriterConfig(
@@ -77,7 +82,16 @@ class TableWrite:
             rows = table if index is None else table.take(index)
             part_kinds = kinds if index is None or kinds is None else kinds[index]
             self._writer(partition, bucket).write(rows, part_kinds)
+            if self._log_enabled:
+                self._log_writer().write(bucket, rows, part_kinds)
         self._bound_memory()
+
+    def _log_writer(self) -> LogWriter:
+        if self._log is None:
+            from strata.log.kafka import LogWriter
+
+            self._log = LogWriter(self.table, self.commit_user)
+        return self._log
 
     def write_pandas(self, df: pd.DataFrame) -> None:
         self.write_arrow(df)
@@ -210,7 +224,12 @@ class TableWrite:
         if full:
             self.compact(full=True)
         messages = [w.prepare_commit() for w in self.writers.values()]
-        return [m for m in messages if not m.is_empty()]
+        messages = [m for m in messages if not m.is_empty()]
+        if self._log is not None:  # the log records of this commit travel with its messages
+            committable = self._log.prepare()
+            for m in messages:
+                m.log = committable
+        return messages
 
     def compact(self, full: bool = False, partitions: list[bytes] | None = None) -> None:
         """Compact every bucket this writer knows, plus every live bucket of the table (the
@@ -237,6 +256,8 @@ class TableWrite:
         for writer in self.writers.values():
             writer.close()
         self.writers.clear()
+        if self._log is not None:
+            self._log.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None

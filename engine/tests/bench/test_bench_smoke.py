@@ -25,8 +25,8 @@ def _check_throughput(row: dict) -> None:
 def test_bench_tiny_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out" / "bench.json"
     code = main(["--out", str(out), "--scale", "0.005", "--work-dir", str(tmp_path / "work"), "--quiet"])
-    assert code == 0
     report = json.loads(out.read_text())
+    assert code == 0, [r.get("error") for r in report["results"]]
 
     assert set(report) >= {"results", "machine"}
     machine = report["machine"]
@@ -57,8 +57,9 @@ def test_bench_tiny_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_bench_subset_builds_what_it_needs(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    assert main(["--out", str(out), "--only", "w4", "--scale", "0.002", "--quiet"]) == 0
+    code = main(["--out", str(out), "--only", "w4", "--scale", "0.002", "--quiet"])
     report = json.loads(out.read_text())
+    assert code == 0, [r.get("error") for r in report["results"]]
     assert [r["workload"] for r in report["results"]] == ["W4"]
     assert report["results"][0]["details"]["built_table"] is True
 

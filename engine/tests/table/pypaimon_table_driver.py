@@ -29,12 +29,12 @@ def save(table, path):
 
 
 def literal(value):
-    """Decode the tagged literals of the test side (decimal, bytes, date, datetime)."""
+    """Decode the tagged literals of the test side (decimal, bytes, date, datetime, time)."""
     if not isinstance(value, dict):
         return value
     (tag, text), = value.items()
     return {"decimal": Decimal, "bytes": bytes.fromhex, "date": datetime.date.fromisoformat,
-            "datetime": datetime.datetime.fromisoformat}[tag](text)
+            "datetime": datetime.datetime.fromisoformat, "time": datetime.time.fromisoformat}[tag](text)
 
 
 def create(catalog, job):

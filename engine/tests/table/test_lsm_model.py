@@ -40,8 +40,10 @@ class PrimaryKeyTableMachine(RuleBasedStateMachine):
         self.restore_reader = None
 
     @initialize(partitioned=st.booleans(), compound=st.booleans(), buckets=st.integers(1, 3),
-                buffer=st.sampled_from(["512 b", "4 kb", "256 mb"]), batch_rows=st.sampled_from([3, 64, None]))
-    def create(self, partitioned: bool, compound: bool, buckets: int, buffer: str, batch_rows: int | None) -> None:
+                buffer=st.sampled_from(["512 b", "4 kb", "256 mb"]), batch_rows=st.sampled_from([3, 64, None]),
+                write_only=st.booleans(), trigger=st.sampled_from(["2", "5"]))
+    def create(self, partitioned: bool, compound: bool, buckets: int, buffer: str, batch_rows: int | None,
+               write_only: bool, trigger: str) -> None:
         catalog = strata.load_catalog(self.dir)
         catalog.create_database("db")
         schema = pa.schema([("k", pa.int32()), ("s", pa.string()), ("p", pa.string()), ("v", pa.string())])
@@ -51,7 +53,11 @@ class PrimaryKeyTableMachine(RuleBasedStateMachine):
         self.table = catalog.create_table(
             "db.t", schema, partition_keys=["p"] if partitioned else None,
             primary_keys=keys + (["p"] if partitioned else []),
-            options={"bucket": str(buckets), "write-buffer-size": buffer})
+            options={"bucket": str(buckets), "write-buffer-size": buffer, "write-only": str(write_only).lower(),
+                     "num-sorted-run.compaction-trigger": trigger})
+        # write-only writers leave compaction to a dedicated job (the `compact` rule); the others
+        # compact their own buckets as sorted runs pile up
+        self.write_only = write_only
         self.writer = self.table.new_write()
         if batch_rows is not None:  # tiny read batches: merges cross many batch boundaries
             self.restore_reader = table_read.read_file
@@ -154,7 +160,15 @@ class PrimaryKeyTableMachine(RuleBasedStateMachine):
         got = self.table.to_arrow(filter=predicate).column("v").to_pylist()
         assert got == [self.model[(part, k, suffix)]]
 
-    # (compaction arrives later: a `compact` rule here must keep every invariant below)
+    @precondition(lambda self: self.table is not None and self.write_only)
+    @rule(full=st.booleans())
+    def compact(self, full: bool) -> None:
+        """A dedicated compaction job: a COMPACT snapshot that changes no row."""
+        result = self.table.compact(full=full)
+        for sid in result.snapshot_ids:
+            assert self.table.snapshot_manager.snapshot(sid).commit_kind == "COMPACT"
+            self.history[sid] = dict(self.model)
+        assert self._read_state() == self.model
 
     @invariant()
     def snapshots_are_continuous(self) -> None:

@@ -237,6 +237,8 @@ def _json_literal(value):
         return {"datetime": value.isoformat()}
     if isinstance(value, dt.date):
         return {"date": value.isoformat()}
+    if isinstance(value, dt.time):
+        return {"time": value.isoformat()}
     return value
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
+from strata import metrics
 from strata.mergetree.compact.task import CompactResult
 from strata.mergetree.compact.universal import CompactUnit, UniversalCompaction
 from strata.mergetree.levels import Levels
@@ -15,7 +16,8 @@ Runner = Callable[[CompactUnit, bool], CompactResult]
 
 class CompactManager:
     def __init__(self, levels: Levels, strategy: UniversalCompaction, executor: Executor, runner: Runner,
-                 stop_trigger: int):
+                 stop_trigger: int, table: str = ""):
+        self.table = table  # the metrics' `table` label
         self.levels = levels
         self.strategy = strategy
         self.executor = executor
@@ -38,7 +40,7 @@ class CompactManager:
         if unit is None or not unit.files:
             return
         drop_delete = unit.output_level != 0 and unit.output_level >= self.levels.highest_non_empty_level()
-        self.future = self.executor.submit(self.runner, unit, drop_delete)
+        self.future = metrics.submit_compaction(self.table, self.executor, self.runner, unit, drop_delete)
 
     def should_stall(self) -> bool:
         return self.levels.number_of_sorted_runs() > self.stop_trigger

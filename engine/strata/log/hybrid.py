@@ -1,0 +1,200 @@
+"""Hybrid read: the files of snapshot N, then the log from the offsets N recorded.
+
+    reader = HybridReader(table)              # N = the latest snapshot (or snapshot_id=...)
+    rows = reader.read_snapshot()             # snapshot N's rows, _ROW_KIND '+I'
+    changes = reader.read_until()             # committed changes after N, up to the latest snapshot
+    more = reader.poll(timeout=1.0)           # whatever arrived since (streaming)
+
+The consumer reads `read_committed` and starts each partition (= bucket) at the offset snapshot N
+recorded in its `log.offsets` property, i.e. just after the last record N's files contain: no gap
+and no duplicate at the switch. If Kafka's retention has dropped records the reader needs (the
+partition's low watermark is past N's offset), it falls back to snapshot-based incremental
+reading (`Table.read_incremental`), logs a warning and counts it in
+`strata.log.metrics.fallback_count()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from strata.log import metrics
+from strata.log.kafka import LogSystemError, snapshot_log_offsets
+from strata.log.options import log_options
+from strata.log.serde import decode_values, with_row_kinds
+
+if TYPE_CHECKING:
+    from strata.snapshot.snapshot import Snapshot
+    from strata.table.table import Table
+
+log = logging.getLogger(__name__)
+ROW_KIND = "_ROW_KIND"
+
+
+class LogOffsetsLostWarning(UserWarning):
+    """Kafka no longer holds the offsets a hybrid read needs; it reads snapshots instead."""
+
+
+class HybridReader:
+    def __init__(self, table: Table, snapshot_id: int | None = None, columns: Sequence[str] | None = None,
+                 consumer_config: Mapping[str, Any] | None = None):
+        self.table = table
+        self.opts = log_options(table)
+        self.snapshot: Snapshot | None = (table.snapshot_manager.snapshot(snapshot_id) if snapshot_id is not None
+                                          else table.latest_snapshot())
+        self.columns = list(columns) if columns is not None else table.schema.field_names
+        self.start_offsets = snapshot_log_offsets(self.snapshot)
+        self.consumer_config = dict(consumer_config or {})
+        self.mode: str | None = None  # "kafka" or "snapshots", decided when the log is first read
+        self.positions: dict[int, int] = {}  # next offset to deliver, per partition
+        self._consumer: Any = None
+        self._pending: list[Any] = []  # messages consumed past a read_until boundary
+        self._last_snapshot = self.snapshot.id if self.snapshot is not None else 0
+        self._schema = pa.schema([table.schema.field(n).to_arrow() for n in table.schema.field_names])
+
+    # -- the snapshot part ---------------------------------------------------------------------
+    def read_snapshot(self) -> pa.Table:
+        if self.snapshot is None:
+            data = pa.schema([self.table.schema.field(n).to_arrow() for n in self.columns]).empty_table()
+        else:
+            data = self.table.to_arrow(self.columns, snapshot_id=self.snapshot.id)
+        return data.add_column(0, pa.field(ROW_KIND, pa.string(), nullable=False),
+                               pa.array(["+I"] * data.num_rows, pa.string()))
+
+    # -- the log part -------------------------------------------------------------------------------
+    def _open(self) -> None:
+        if self.mode is not None:
+            return
+        from confluent_kafka import Consumer, TopicPartition
+
+        config = {"bootstrap.servers": self.opts.bootstrap, "group.id": f"strata-hybrid-{uuid.uuid4().hex}",
+                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                  "auto.offset.reset": "error", "log_level": 3, **self.consumer_config}
+        consumer = Consumer(config)
+        metadata = consumer.list_topics(self.opts.topic, timeout=30).topics.get(self.opts.topic)
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            consumer.close()
+            raise LogSystemError(f"log topic {self.opts.topic!r} of table {self.opts.table} is not readable")
+        assignment, lost = [], []
+        for p in sorted(metadata.partitions):
+            start = self.start_offsets.get(p, 0)
+            low, _high = consumer.get_watermark_offsets(TopicPartition(self.opts.topic, p), timeout=30)
+            if low > start:
+                lost.append((p, start, low))
+            assignment.append(TopicPartition(self.opts.topic, p, start))
+            self.positions[p] = start
+        if lost:
+            consumer.close()
+            self._fall_back(f"log topic {self.opts.topic!r} no longer holds the offsets snapshot "
+                            f"{self._last_snapshot} recorded (partition, needed, earliest): {lost}")
+            return
+        consumer.assign(assignment)
+        self._consumer = consumer
+        self.mode = "kafka"
+
+    def _fall_back(self, why: str) -> None:
+        self.mode = "snapshots"
+        metrics.inc(metrics.HYBRID_FALLBACKS)
+        message = f"hybrid read of table {self.opts.table} falls back to snapshot-based reading: {why}"
+        log.warning(message)
+        warnings.warn(message, LogOffsetsLostWarning, stacklevel=3)
+
+    @property
+    def fell_back(self) -> bool:
+        return self.mode == "snapshots"
+
+    def poll(self, timeout: float = 1.0, max_records: int = 100_000) -> pa.Table:
+        """Committed changes that arrived since the last call (possibly none), with _ROW_KIND."""
+        self._open()
+        if self.mode == "snapshots":
+            latest = self.table.snapshot_manager.latest_id() or 0
+            return self._incremental(latest)
+        messages = self._pending[:max_records]
+        self._pending = self._pending[max_records:]
+        if len(messages) < max_records:
+            messages += self._consume(max_records - len(messages), timeout)
+        for m in messages:
+            self.positions[m.partition()] = m.offset() + 1
+        return self._decode(messages)
+
+    def read_until(self, snapshot_id: int | None = None, timeout: float = 60.0) -> pa.Table:
+        """Every committed change after the start snapshot up to snapshot `snapshot_id` (default:
+        the latest), exactly: records past that snapshot's offsets wait for the next call."""
+        self._open()
+        target_snapshot = (self.table.snapshot_manager.snapshot(snapshot_id) if snapshot_id is not None
+                           else self.table.latest_snapshot())
+        if target_snapshot is None:
+            return self._decode([])
+        if self.mode == "snapshots":
+            return self._incremental(target_snapshot.id)
+        targets = snapshot_log_offsets(target_snapshot)
+        taken: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            keep, later = [], []
+            for m in self._pending:
+                (keep if m.offset() < targets.get(m.partition(), 0) else later).append(m)
+            self._pending = later
+            for m in keep:
+                self.positions[m.partition()] = m.offset() + 1
+            taken += keep
+            if all(self.positions.get(p, 0) >= off for p, off in targets.items()):
+                break
+            if time.monotonic() > deadline:
+                raise LogSystemError(f"hybrid read of {self.opts.table}: log offsets {self.positions} did not "
+                                     f"reach snapshot {target_snapshot.id}'s {targets} within {timeout}s")
+            self._pending += self._consume(10_000, 0.5)
+        self._last_snapshot = max(self._last_snapshot, target_snapshot.id)
+        return self._decode(taken)
+
+    def read(self, timeout: float = 60.0) -> pa.Table:
+        """Snapshot N's rows followed by the changes up to the latest snapshot."""
+        return pa.concat_tables([self.read_snapshot(), self.read_until(timeout=timeout)])
+
+    def _consume(self, n: int, timeout: float) -> list[Any]:
+        from confluent_kafka import KafkaError
+
+        out = []
+        for m in self._consumer.consume(num_messages=n, timeout=timeout):
+            err = m.error()
+            if err is None:
+                out.append(m)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                # e.g. offsets dropped by retention while reading (auto.offset.reset=error)
+                raise LogSystemError(f"hybrid read of {self.opts.table} from {self.opts.topic!r}: {err}")
+        return out
+
+    def _incremental(self, end: int) -> pa.Table:
+        if end <= self._last_snapshot:
+            return self._empty()
+        changes = self.table.read_incremental(self._last_snapshot, end, self.columns)
+        self._last_snapshot = end
+        return changes
+
+    def _decode(self, messages: list[Any]) -> pa.Table:
+        if not messages:
+            return self._empty()
+        rows, kinds = decode_values([m.value() for m in messages], self._schema)
+        return with_row_kinds(rows.select(self.columns), kinds, ROW_KIND)
+
+    def _empty(self) -> pa.Table:
+        fields = [pa.field(ROW_KIND, pa.string(), nullable=False),
+                  *(self.table.schema.field(n).to_arrow().with_nullable(True) for n in self.columns)]
+        return pa.schema(fields).empty_table()
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def __enter__(self) -> HybridReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,35 @@
+"""Counters of the log store, for the metrics module to export (plain process-wide integers)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+_lock = threading.Lock()
+_counters: Counter[str] = Counter()
+
+HYBRID_FALLBACKS = "log.hybrid.fallbacks"  # hybrid reads that fell back to snapshots (offsets gone)
+RECORDS_PRODUCED = "log.records.produced"
+TRANSACTIONS_COMMITTED = "log.transactions.committed"
+TRANSACTIONS_ABORTED = "log.transactions.aborted"
+
+
+def inc(name: str, amount: int = 1) -> None:
+    with _lock:
+        _counters[name] += amount
+
+
+def get(name: str) -> int:
+    with _lock:
+        return _counters[name]
+
+
+def snapshot() -> dict[str, int]:
+    """All counters, e.g. {'log.hybrid.fallbacks': 1, ...}."""
+    with _lock:
+        return dict(_counters)
+
+
+def fallback_count() -> int:
+    """How many hybrid reads fell back to snapshot-based reading because Kafka lost offsets."""
+    return get(HYBRID_FALLBACKS)

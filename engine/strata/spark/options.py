@@ -1,0 +1,121 @@
+"""Options of the ``strata`` Spark data source, and the reference to the table they name.
+
+The table is named by ``path`` = ``"<warehouse>#<db>.<table>"`` (``load(...)`` / ``save(...)``
+fill ``path``), by ``path`` = a table directory ``<warehouse>/<db>.db/<table>``, or by the options
+``warehouse`` and ``table``. Options starting with ``catalog.`` go to ``strata.load_catalog``
+without the prefix (``catalog.metastore=jdbc``, ``catalog.uri=...``, ``catalog.s3.endpoint=...``).
+
+Spark lower-cases option keys on the way to Python for some paths (the streaming sink sees
+``checkpointlocation``), so every key is lower-cased here and looked up lower-case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from strata.catalog.filesystem import load_catalog
+from strata.errors import OptionError
+
+if TYPE_CHECKING:
+    from strata.table.table import Table
+
+CATALOG_PREFIX = "catalog."
+DB_SUFFIX = ".db"
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A picklable pointer to a table; each process loads the table itself (schema, FileIO)."""
+
+    warehouse: str
+    identifier: str
+    catalog_options: tuple[tuple[str, str], ...] = ()
+
+    def load(self) -> Table:
+        catalog = load_catalog(self.warehouse, **dict(self.catalog_options))
+        return catalog.get_table(self.identifier)
+
+    def __str__(self) -> str:
+        return f"{self.warehouse}#{self.identifier}"
+
+
+def normalize(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def table_ref(options: Mapping[str, str]) -> TableRef:
+    path = options.get("path")
+    warehouse = options.get("warehouse")
+    table = options.get("table")
+    if path and "#" in path:
+        warehouse, table = path.rsplit("#", 1)
+    elif path and not table:
+        warehouse, table = _split_table_dir(path)
+    elif path and not warehouse:
+        warehouse = path
+    if not warehouse or not table:
+        raise OptionError("the strata data source needs the table: load('<warehouse>#<db>.<table>'), "
+                          "a table directory '<warehouse>/<db>.db/<table>', or options 'warehouse' and 'table'")
+    if table.count(".") != 1:
+        raise OptionError(f"table {table!r} must be given as '<database>.<table>'")
+    catalog = tuple(sorted((k[len(CATALOG_PREFIX):], v) for k, v in options.items()
+                           if k.startswith(CATALOG_PREFIX)))
+    return TableRef(warehouse, table, catalog)
+
+
+def _split_table_dir(path: str) -> tuple[str, str]:
+    trimmed = path.rstrip("/")
+    db_dir, name = posixpath.split(trimmed)
+    warehouse, db = posixpath.split(db_dir)
+    if not db.endswith(DB_SUFFIX) or not name or not warehouse:
+        raise OptionError(f"path {path!r} is neither '<warehouse>#<db>.<table>' nor a table directory "
+                          "'<warehouse>/<db>.db/<table>'")
+    return warehouse, f"{db[: -len(DB_SUFFIX)]}.{name}"
+
+
+def get_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    value = options.get(key)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise OptionError(f"option {key!r} must be true or false, got {value!r}")
+    return lowered == "true"
+
+
+def get_int(options: Mapping[str, str], key: str) -> int | None:
+    value = options.get(key)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise OptionError(f"option {key!r} must be an integer, got {value!r}") from None
+
+
+def parse_partition_spec(text: str) -> dict[str, str]:
+    """'k1=v1,k2=v2' -> {'k1': 'v1', 'k2': 'v2'} (values are converted to the column types later)."""
+    spec: dict[str, str] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise OptionError(f"partition spec {text!r} must look like 'k1=v1,k2=v2'")
+        spec[key.strip()] = value.strip()
+    return spec
+
+
+def commit_user_for_checkpoint(location: str) -> str:
+    """A stable commit user for a streaming query: the same checkpoint location gives the same
+    user after a restart, so a replayed micro-batch is recognised by (user, batchId)."""
+    loc = location.rstrip("/")
+    for prefix in ("file://", "file:"):
+        if loc.startswith(prefix):
+            loc = "/" + loc[len(prefix):].lstrip("/")
+            break
+    return "spark-" + hashlib.sha256(loc.encode()).hexdigest()[:20]

@@ -1,0 +1,125 @@
+"""Mapping Strata (Paimon) types to Spark types, and Arrow data to what Spark expects.
+
+Spark receives Arrow batches from a Python data source and checks their schema for *exact*
+equality with ``to_arrow_schema(schema, timezone="UTC")``: the same types, units, time zone and
+nullability. Strata reads give the table's own Arrow types (``timestamp[ms]`` for TIMESTAMP(3),
+``timestamp[ns, tz=UTC]`` for TIMESTAMP_LTZ(9), ...), so every batch is cast on the way out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType as SparkType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+    TimeType,
+)
+
+from strata.schema.table_schema import TableSchema
+from strata.schema.types import DataType
+
+ROW_KIND_COLUMN = "_ROW_KIND"
+ROW_KIND_FIELD = StructField(ROW_KIND_COLUMN, StringType(), nullable=False)
+
+_SIMPLE: dict[str, SparkType] = {
+    "BOOLEAN": BooleanType(), "TINYINT": ByteType(), "SMALLINT": ShortType(), "INT": IntegerType(),
+    "BIGINT": LongType(), "FLOAT": FloatType(), "DOUBLE": DoubleType(), "DATE": DateType(),
+    "VARCHAR": StringType(), "CHAR": StringType(), "VARBINARY": BinaryType(), "BINARY": BinaryType(),
+    "TIMESTAMP": TimestampNTZType(), "TIMESTAMP_LTZ": TimestampType(),
+}
+
+
+def to_spark_type(data_type: DataType) -> SparkType:
+    """TIMESTAMP -> TimestampNTZType, TIMESTAMP_LTZ -> TimestampType (both microseconds in Spark),
+    DECIMAL(p, s) -> DecimalType(p, s), CHAR/VARCHAR -> StringType, BINARY/VARBINARY -> BinaryType."""
+    if data_type.root == "DECIMAL":
+        assert data_type.precision is not None and data_type.scale is not None
+        return DecimalType(data_type.precision, data_type.scale)
+    if data_type.root == "TIME":
+        return TimeType(min(data_type.precision or 0, 6))
+    try:
+        return _SIMPLE[data_type.root]
+    except KeyError:
+        raise TypeError(f"type {data_type.to_json()} has no Spark equivalent") from None
+
+
+def spark_schema(schema: TableSchema, with_row_kind: bool = False) -> StructType:
+    fields = [StructField(f.name, to_spark_type(f.type), nullable=f.type.nullable) for f in schema.fields]
+    return StructType([ROW_KIND_FIELD, *fields] if with_row_kind else fields)
+
+
+def expected_arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark checks returned batches against (its session time zone is not
+    used: the Python data source worker always expects UTC)."""
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def resolve_columns(requested: StructType, table_schema: TableSchema) -> tuple[list[str], bool]:
+    """Table columns a (possibly narrower, user-given) Spark schema asks for, matched by name
+    (exactly, else case-insensitively as Spark does), and whether it asks for `_ROW_KIND`."""
+    by_lower = {n.lower(): n for n in table_schema.field_names}
+    columns: list[str] = []
+    with_kind = False
+    for field in requested.fields:
+        if field.name == ROW_KIND_COLUMN or field.name.lower() == ROW_KIND_COLUMN.lower():
+            with_kind = True
+            continue
+        name = field.name if field.name in table_schema.field_names else by_lower.get(field.name.lower())
+        if name is None:
+            raise ValueError(f"column {field.name!r} is not in the table; columns are {table_schema.field_names}")
+        columns.append(name)
+    return columns, with_kind
+
+
+def conform_output(table: pa.Table, target: pa.Schema, sources: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """Batches of `table` with column `sources[i]` cast to `target[i]` (names and nullability of
+    `target`). Timestamps are converted between units (nanoseconds are truncated to Spark's
+    microseconds) and time zones; other casts must not change values."""
+    columns = [_cast_for_spark(table.column(src), field.type) for src, field in zip(sources, target, strict=True)]
+    out = pa.Table.from_arrays(columns, schema=target)
+    yield from out.to_batches()
+
+
+def _cast_for_spark(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    if column.type == target:
+        return column
+    if pa.types.is_timestamp(column.type) and pa.types.is_timestamp(target):
+        return pc.cast(column, target, safe=False)
+    if pa.types.is_time(column.type) and pa.types.is_time(target):
+        return pc.cast(column, target, safe=False)
+    return pc.cast(column, target, safe=True)
+
+
+def truncate_timestamps(table: pa.Table, schema: TableSchema) -> pa.Table:
+    """Spark timestamps are microseconds; a TIMESTAMP(0..3) column keeps milliseconds or seconds.
+    Like Paimon's Spark writer, extra digits are truncated rather than refused."""
+    for i, name in enumerate(table.column_names):
+        column = table.column(i)
+        if not pa.types.is_timestamp(column.type) or name not in schema.field_names:
+            continue
+        target = schema.field(name).type.to_arrow()
+        if pa.types.is_timestamp(target) and _unit_rank(target.unit) < _unit_rank(column.type.unit):
+            table = table.set_column(i, name, pc.cast(column, pa.timestamp(target.unit, column.type.tz), safe=False))
+    return table
+
+
+def _unit_rank(unit: str) -> int:
+    return {"s": 0, "ms": 1, "us": 2, "ns": 3}[unit]
