@@ -137,7 +137,8 @@ class HybridReader:
         taken: list[Any] = []
         deadline = time.monotonic() + timeout
         while True:
-            keep, later = [], []
+            keep: list[Any] = []
+            later: list[Any] = []
             for m in self._pending:
                 (keep if m.offset() < targets.get(m.partition(), 0) else later).append(m)
             self._pending = later

@@ -37,12 +37,14 @@ try:  # optional fast path (an indirect dependency here); the format is the same
     def _dumps(obj: Any) -> bytes:
         return orjson.dumps(obj)
 
-    _loads = orjson.loads
+    def _loads(data: bytes | str) -> Any:
+        return orjson.loads(data)
 except ImportError:  # pragma: no cover - exercised only without orjson
     def _dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
-    _loads = json.loads
+    def _loads(data: bytes | str) -> Any:
+        return json.loads(data)
 
 KIND_NAMES = ("+I", "-U", "+U", "-D")
 _PREFIX = (b'{"before":null,"after":', b'{"before":', b'{"before":null,"after":', b'{"before":')
@@ -154,7 +156,7 @@ def encode_keys(table: pa.Table, key_fields: Sequence[str]) -> list[bytes] | Non
 
 
 # -- decoding -----------------------------------------------------------------------------------
-def decode_envelope(value: bytes | str | dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+def decode_envelope(value: bytes | str | dict[str, Any]) -> list[tuple[int, Any]]:
     """(row kind code, row) pairs of one debezium-json value (with or without a schema wrapper)."""
     obj = value if isinstance(value, dict) else _loads(value)
     if "payload" in obj and "op" not in obj and isinstance(obj["payload"], dict):

@@ -6,10 +6,12 @@ keep their write order."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from strata import metrics
 from strata.io.data_file_reader import ColumnMapping, read_file
 from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
 from strata.manifest.data_file_meta import DataFileMeta
@@ -57,6 +59,7 @@ def run_append_compaction(table: Table, task: AppendCompactTask) -> CommitMessag
     """Rewrite a task's files (in order) into new files; the message replaces them."""
     from strata.table.write import TableWrite
 
+    started = time.monotonic()
     config = TableWrite(table).config
     partition_dir = table.partition_dir(table.new_scan()._partition_values(task.partition))
     paths = PathFactory(table.path)
@@ -71,5 +74,6 @@ def run_append_compaction(table: Table, task: AppendCompactTask) -> CommitMessag
 
     after = writer.write_stream(batches(), level=0, file_source=FILE_SOURCE_COMPACT,
                                 first_sequence=task.files[0].min_sequence_number)
+    metrics.compaction_finished(str(table.identifier), time.monotonic() - started, task.files, after)
     return CommitMessage(task.partition, task.bucket, task.total_buckets,
                          compact_before=list(task.files), compact_after=after)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from strata import metrics
 from strata.errors import SnapshotNotFoundError
 from strata.format import binary_row
 from strata.format.bucket import bucket_ids
@@ -100,13 +102,25 @@ class TableScan:
         store = self.table.manifest_store
         metas = (store.read_manifest_list(snapshot.base_manifest_list)
                  + store.read_manifest_list(snapshot.delta_manifest_list))
-        entries = live_files(store.read_entries(self._prune_manifests(metas)))
-        return [e for e in entries if self._keep(e)]
+        # partition-filter before merging: a kept manifest may hold the DELETE of a file whose ADD
+        # sits in a manifest pruned by partition stats
+        entries = [e for e in store.read_entries(self._prune_manifests(metas)) if self._entry_partition_ok(e)]
+        return [e for e in live_files(entries) if self._keep(e)]
+
+    def _entry_partition_ok(self, entry: ManifestEntry) -> bool:
+        if self._partition_ok(entry.partition):
+            return True
+        if entry.kind == FileKind.ADD:
+            self.stats.files_skipped += 1
+        return False
 
     def plan(self) -> Plan:
+        started = time.monotonic()
         snapshot = self.snapshot()
         entries = self.plan_entries(snapshot)
-        return Plan(snapshot, self._splits(snapshot.id if snapshot else 0, entries), self.stats)
+        plan = Plan(snapshot, self._splits(snapshot.id if snapshot else 0, entries), self.stats)
+        metrics.scan_finished(str(self.table.identifier), time.monotonic() - started, self.stats)
+        return plan
 
     def plan_delta(self, snapshot_id: int) -> list[DataSplit]:
         """The files a snapshot added (its delta), as splits that keep row kinds."""

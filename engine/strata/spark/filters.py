@@ -113,7 +113,7 @@ def _literal(value: Any, arrow_type: pa.DataType) -> Any:
         raise _Unconvertible from None
     converted = scalar.as_py()
     try:
-        same = converted == value and type(converted) is type(value) or _same_instant(converted, value)
+        same = (converted == value and type(converted) is type(value)) or _same_instant(converted, value)
     except TypeError:
         same = False
     if not same:

@@ -17,7 +17,6 @@ from pyspark.sql.types import (
     BinaryType,
     BooleanType,
     ByteType,
-    DataType as SparkType,
     DateType,
     DecimalType,
     DoubleType,
@@ -31,6 +30,9 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
     TimeType,
+)
+from pyspark.sql.types import (
+    DataType as SparkType,
 )
 
 from strata.schema.table_schema import TableSchema
@@ -72,21 +74,20 @@ def expected_arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def resolve_columns(requested: StructType, table_schema: TableSchema) -> tuple[list[str], bool]:
-    """Table columns a (possibly narrower, user-given) Spark schema asks for, matched by name
-    (exactly, else case-insensitively as Spark does), and whether it asks for `_ROW_KIND`."""
+def resolve_columns(requested: StructType, table_schema: TableSchema) -> list[str]:
+    """For each field of a (possibly narrower, user-given) Spark schema, the table column it
+    reads, matched by name (exactly, else case-insensitively as Spark does), or `_ROW_KIND`."""
     by_lower = {n.lower(): n for n in table_schema.field_names}
-    columns: list[str] = []
-    with_kind = False
+    sources: list[str] = []
     for field in requested.fields:
-        if field.name == ROW_KIND_COLUMN or field.name.lower() == ROW_KIND_COLUMN.lower():
-            with_kind = True
+        if field.name.lower() == ROW_KIND_COLUMN.lower() and field.name not in table_schema.field_names:
+            sources.append(ROW_KIND_COLUMN)
             continue
         name = field.name if field.name in table_schema.field_names else by_lower.get(field.name.lower())
         if name is None:
             raise ValueError(f"column {field.name!r} is not in the table; columns are {table_schema.field_names}")
-        columns.append(name)
-    return columns, with_kind
+        sources.append(name)
+    return sources
 
 
 def conform_output(table: pa.Table, target: pa.Schema, sources: Sequence[str]) -> Iterator[pa.RecordBatch]:

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from strata import metrics
 from strata.errors import WriterClosedError
 from strata.format import binary_row
 from strata.format.bucket import bucket_ids
@@ -64,6 +65,7 @@ class TableWrite:
             "none" if compression == "uncompressed" else compression,
             int(level) if compression == "zstd" else None, self.core.stats_truncate_length())
         self.closed = False
+        self.write_metrics = metrics.WriteMetrics(str(table.identifier), self.buffer_limit)
 
     # -- writing -----------------------------------------------------------------------
     def write_arrow(self, data: pa.Table | pa.RecordBatch | pd.DataFrame,
@@ -85,6 +87,7 @@ class TableWrite:
             if self._log_enabled:
                 self._log_writer().write(bucket, rows, part_kinds)
         self._bound_memory()
+        self.write_metrics.written(table.num_rows, self.writers.values())
 
     def _log_writer(self) -> LogWriter:
         if self._log is None:
@@ -194,7 +197,7 @@ class TableWrite:
         strategy = UniversalCompaction(int(self.core.get("compaction.max-size-amplification-percent")),
                                        int(self.core.get("compaction.size-ratio")), self.core.compaction_trigger)
         return CompactManager(levels, strategy, self._executor, lambda unit, drop: None,  # type: ignore[arg-type,return-value]
-                              self.core.stop_trigger)
+                              self.core.stop_trigger, table=self.write_metrics.table)
 
     def _file_reader(self, bucket_dir: str):
         file_names = self.schema.file_arrow_schema().names
@@ -212,6 +215,7 @@ class TableWrite:
         for writer in sorted(self.writers.values(), key=lambda w: w.buffered_bytes, reverse=True):
             total -= writer.buffered_bytes
             writer.flush()
+            self.write_metrics.flushed("spill")
             if total <= self.buffer_limit // 2:
                 break
 
@@ -220,11 +224,14 @@ class TableWrite:
         if self.closed:
             raise WriterClosedError(f"writer of {self.where} is closed")
         self.commits_prepared += 1
+        self.write_metrics.committing(self.writers.values())
         full = self.full_compaction_every is not None and self.commits_prepared % self.full_compaction_every == 0
         if full:
             self.compact(full=True)
         messages = [w.prepare_commit() for w in self.writers.values()]
         messages = [m for m in messages if not m.is_empty()]
+        self.write_metrics.committed([w.compaction.manager.levels for w in self.writers.values()
+                                      if isinstance(w, KeyValueBucketWriter) and w.compaction.manager])
         if self._log is not None:  # the log records of this commit travel with its messages
             committable = self._log.prepare()
             for m in messages:
@@ -256,6 +263,7 @@ class TableWrite:
         for writer in self.writers.values():
             writer.close()
         self.writers.clear()
+        self.write_metrics.buffered(0)
         if self._log is not None:
             self._log.close()
         if self._executor is not None:

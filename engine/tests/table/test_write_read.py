@@ -577,3 +577,18 @@ def test_read_incremental_skips_overwrites(catalog):
     table.write(kv_rows([8]))
     got = table.read_incremental(0, 3)
     assert sorted((r["_ROW_KIND"], r["id"]) for r in got.to_pylist()) == [("+I", 1), ("+I", 2), ("+I", 8)]
+
+
+def test_partition_filter_with_compaction_spanning_partitions(catalog):
+    """A compaction commit holds DELETE entries of several partitions in one manifest; pruning
+    the manifests that added those files by partition must not leave orphan DELETEs."""
+    table = pk_table(catalog, partitioned=True, buckets=1, options={"write-only": "true"})
+    table.write(kv_rows([0], "a"))
+    table.write(kv_rows([0], "b"))
+    table.write(pa.concat_tables([kv_rows([0], "a", tag="w"), kv_rows([0], "b", tag="w")]))
+    table.compact(full=True)
+    for part in "ab":
+        got = table.to_arrow(filter=col("dt") == part)
+        assert got.to_pylist() == kv_rows([0], part, tag="w").to_pylist()
+        plan = table.new_scan(col("dt") == part).plan()
+        assert plan.stats.files_skipped > 0

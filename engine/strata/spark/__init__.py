@@ -1,0 +1,100 @@
+"""Strata for Apache Spark (PySpark >= 4.1, the ``spark`` extra): the ``strata`` data source.
+
+    from strata.spark import register, write_table
+    register(spark)                                   # spark.dataSource.register(StrataDataSource)
+    df = spark.read.format("strata").load("/warehouse#db.orders")
+    write_table(df, "/warehouse#db.orders")           # distributed by bucket, then written
+    q = (stream_df.writeStream.format("strata").option("checkpointLocation", "/ck/orders")
+         .start("/warehouse#db.orders"))              # exactly-once, one snapshot per micro-batch
+    changes = spark.readStream.format("strata").option("consumer-id", "etl").load("/warehouse#db.orders")
+
+See ``strata.spark.source`` (reads, filter pushdown), ``strata.spark.writer`` (writes,
+exactly-once, distribution) and ``strata.spark.stream`` (streaming reads).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from strata.spark.source import StrataDataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["BUCKET_COLUMN", "StrataDataSource", "distribute_by_bucket", "register", "write_table"]
+
+BUCKET_COLUMN = "_strata_bucket"
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("strata")`` available in this session."""
+    spark.dataSource.register(StrataDataSource)
+
+
+def distribute_by_bucket(df: DataFrame, path: str | None = None, num_partitions: int | None = None,
+                         **options: str) -> DataFrame:
+    """`df` repartitioned so that all rows of one (partition, bucket) of the table land in one
+    Spark partition (for batch and streaming DataFrames). Each bucket is then written by one
+    task, so sequence numbers within a bucket are unique and a key written twice resolves the
+    same way in every reader. The bucket is Strata's (Paimon's) own hash of the bucket key,
+    computed in ``mapInArrow``; tables without fixed buckets are repartitioned by partition."""
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from strata.spark.options import normalize, table_ref
+
+    ref = table_ref(normalize({**options, **({"path": path} if path else {})}))
+    table = ref.load()
+    partition_cols = _spark_names(df, table.schema.partition_keys)
+    buckets = table.core.bucket
+    if buckets <= 0:
+        if not partition_cols:
+            return df
+        return df.repartition(num_partitions, *partition_cols) if num_partitions else df.repartition(*partition_cols)
+    schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
+    with_bucket = df.mapInArrow(_BucketAssigner(ref), schema)
+    keys = [*partition_cols, BUCKET_COLUMN]
+    shuffled = with_bucket.repartition(num_partitions, *keys) if num_partitions else with_bucket.repartition(*keys)
+    return shuffled.drop(BUCKET_COLUMN)
+
+
+def write_table(df: DataFrame, path: str | None = None, mode: str = "append", num_partitions: int | None = None,
+                **options: str) -> None:
+    """``df.write.format("strata")`` after ``distribute_by_bucket``; `options` are the data
+    source's (``overwrite-partition``, ``overwrite-mode``, ``commit-user``, ...)."""
+    distributed = distribute_by_bucket(df, path, num_partitions, **options)
+    writer = distributed.write.format(StrataDataSource.name()).mode(mode).options(**options)
+    writer.save(path) if path else writer.save()
+
+
+def _spark_names(df: DataFrame, names: list[str]) -> list[str]:
+    by_lower = {c.lower(): c for c in df.columns}
+    out = []
+    for name in names:
+        found = name if name in df.columns else by_lower.get(name.lower())
+        if found is None:
+            raise ValueError(f"the DataFrame lacks column {name!r}; it has {df.columns}")
+        out.append(found)
+    return out
+
+
+class _BucketAssigner:
+    """mapInArrow function: appends each row's bucket (picklable; loads the table per task)."""
+
+    def __init__(self, ref: Any):
+        self.ref = ref
+
+    def __call__(self, batches: Any) -> Any:
+        import pyarrow as pa
+
+        from strata.format.bucket import bucket_ids
+        from strata.spark.writer import to_table_rows
+        from strata.table.conform import conform
+
+        table = self.ref.load()
+        keys = table.schema.bucket_keys()
+        count = table.core.bucket
+        for batch in batches:
+            data, _ = to_table_rows(pa.Table.from_batches([batch]), table)
+            conformed = conform(data, table.schema, f"table {table.identifier}")
+            ids = bucket_ids([conformed.column(k) for k in keys], count)
+            yield batch.append_column(BUCKET_COLUMN, pa.array(ids, pa.int32()))

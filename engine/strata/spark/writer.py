@@ -1,0 +1,302 @@
+"""Batch and streaming writes from Spark: executors write files, the driver commits them.
+
+Each Spark task opens its own ``TableWrite``, writes the Arrow batches Spark gives it into new
+data files (invisible until committed) and returns their ``CommitMessage``\\ s. The driver then
+publishes all tasks' files as ONE snapshot (``commit``) or deletes them (``abort``).
+
+Exactly-once streaming: a micro-batch is committed with commit user = a hash of the query's
+checkpoint location (or the option ``commit-user``) and commit identifier = the batch id, in the
+snapshot itself. Spark re-runs a batch whose ``commits/<id>`` marker is missing with the same id
+and offsets; the committer finds that (user, id) already published and drops the replay's files.
+
+Distribution and sequence numbers: Spark's write API cannot ask for a distribution, so the rows
+of one bucket may reach several tasks. Each task writes its own files and numbers its records
+from the bucket's current maximum sequence number, so the files of two tasks can carry the same
+sequence numbers. That is harmless for distinct keys. When one primary key occurs in several
+tasks of one write, Spark gives those rows no order anyway, but Strata, Paimon and Trino could
+then break the sequence-number tie differently until the bucket is compacted. For primary-key
+tables, write through ``strata.spark.write_table`` or ``distribute_by_bucket``: it repartitions by
+(partition, bucket), so each bucket is written by exactly one task. Spark writers run
+write-only by default (no compaction in the tasks: two tasks compacting one bucket would
+conflict); compact with ``Table.compact``/``strata compact``, or pass ``write-only=false`` when the
+data is distributed by bucket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from strata.errors import OptionError
+from strata.format import binary_row
+from strata.operation.commit import CommitResult
+from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
+from strata.spark.options import (
+    TableRef,
+    commit_user_for_checkpoint,
+    get_bool,
+    get_int,
+    parse_partition_spec,
+)
+from strata.spark.types import ROW_KIND_COLUMN, truncate_timestamps
+from strata.table.commit_message import CommitMessage
+from strata.table.table import Table
+from strata.table.write import TableWrite
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StrataWriterMessage(WriterCommitMessage):
+    """What one Spark task hands the driver: the commit messages of the files it wrote."""
+
+    messages: list[CommitMessage] = field(default_factory=list)
+    rows: int = 0
+    partition_id: int = -1
+
+
+# -- executor side ---------------------------------------------------------------------------------
+def write_task(ref: TableRef, batches: Iterable[pa.RecordBatch], write_only: bool,
+               commit_user: str) -> StrataWriterMessage:
+    """Write one task's rows into new files; on failure delete what was written."""
+    table = ref.load()
+    # compaction=False: no compaction in this task; None: as the table says (`write-only`)
+    writer = TableWrite(table, compaction=False if write_only else None, commit_user=commit_user)
+    rows = 0
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            data, kinds = to_table_rows(pa.Table.from_batches([batch]), table)
+            writer.write_arrow(data, row_kind=kinds)
+            rows += batch.num_rows
+        messages = writer.prepare_commit()
+    except BaseException:
+        _discard_partial(table, writer)
+        raise
+    finally:
+        writer.close()
+    return StrataWriterMessage(messages, rows, _partition_id())
+
+
+def to_table_rows(data: pa.Table, table: Table) -> tuple[pa.Table, pa.Array | None]:
+    """Spark's columns renamed to the table's (Spark matches names case-insensitively),
+    timestamps truncated to the table's precision, and the optional `_ROW_KIND` column split off
+    as the row kinds (+I/-U/+U/-D) of a primary-key table."""
+    by_lower = {n.lower(): n for n in table.schema.field_names}
+    kinds = None
+    names: list[str | None] = []
+    for name in data.column_names:
+        if name not in table.schema.field_names and name.lower() == ROW_KIND_COLUMN.lower():
+            kinds = data.column(name).combine_chunks()
+            names.append(None)
+        else:
+            names.append(name if name in table.schema.field_names else by_lower.get(name.lower(), name))
+    if kinds is not None:
+        keep = [i for i, n in enumerate(names) if n is not None]
+        data = data.select(keep)
+        names = [names[i] for i in keep]
+    data = data.rename_columns([n for n in names if n is not None])
+    return truncate_timestamps(data, table.schema), kinds
+
+
+def _discard_partial(table: Table, writer: TableWrite) -> None:
+    try:
+        delete_files(table, writer.prepare_commit())
+    except Exception:  # best effort: what remains is left to orphan-file cleanup
+        log.warning("could not delete the files of a failed Spark task writing %s", table.identifier,
+                    exc_info=True)
+
+
+def _partition_id() -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else -1
+
+
+# -- driver side -----------------------------------------------------------------------------------
+def collect(messages: Sequence[Any]) -> list[CommitMessage]:
+    """The commit messages of the tasks that succeeded (Spark passes None for failed ones)."""
+    return [m for task in messages if isinstance(task, StrataWriterMessage) for m in task.messages]
+
+
+def written_paths(table: Table, messages: Sequence[CommitMessage]) -> list[str]:
+    """Paths of the files the messages created (never `compact_before`: those were live)."""
+    fields = table.schema.partition_fields()
+    types = [f.type.to_arrow() for f in fields]
+    out = []
+    for m in messages:
+        values = binary_row.deserialize(m.partition, types) if fields else []
+        bucket_dir = table.paths.bucket_dir(table.partition_dir(values), m.bucket)
+        for f in (*m.new_files, *m.changelog_files, *m.compact_after, *m.compact_changelog_files):
+            out.append(f.external_path or f"{bucket_dir}/{f.file_name}")
+            out.extend(f"{bucket_dir}/{extra}" for extra in f.extra_files)
+    return out
+
+
+def delete_files(table: Table, messages: Sequence[CommitMessage]) -> int:
+    live = {f.file_name for m in messages for f in m.compact_before}
+    paths = [p for p in written_paths(table, messages) if p.rsplit("/", 1)[-1] not in live]
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            table.file_io.delete(path)
+    return len(paths)
+
+
+def committed_since(table: Table, commit_user: str, after_snapshot: int, identifier: int | None = None) -> bool:
+    """Did `commit_user` publish a snapshot (with `identifier`, if given) after `after_snapshot`?"""
+    manager = table.snapshot_manager
+    latest = manager.latest_id() or 0
+    for sid in range(latest, after_snapshot, -1):
+        try:
+            snap = manager.snapshot(sid)
+        except Exception:
+            continue
+        if snap.commit_user == commit_user and (identifier is None or snap.commit_identifier == identifier):
+            return True
+    return False
+
+
+def _check_log_store(table: Table) -> None:
+    """A transactional Kafka log store commits its transaction in the process that wrote the
+    records; Spark writes on executors and commits on the driver."""
+    from strata.log.options import log_enabled, log_options
+
+    if log_enabled(table) and log_options(table).transactional:
+        raise OptionError(f"table {table.identifier} has log.system=kafka with log.consistency=transactional, "
+                          "which Spark cannot write (its tasks write, the driver commits); use "
+                          "log.consistency=eventual or write with Strata's own writer")
+
+
+class _Committer:
+    """Settings shared by the batch and streaming writers (created on the driver, pickled to
+    the executors and to the driver-side commit worker)."""
+
+    def __init__(self, ref: TableRef, settings: dict[str, str], overwrite: bool):
+        self.ref = ref
+        self.settings = settings
+        self.overwrite = overwrite
+        self.write_only = get_bool(settings, "write-only", True)
+        mode = settings.get("overwrite-mode", settings.get("partitionoverwritemode", "static")).lower()
+        if mode not in ("static", "dynamic"):
+            raise OptionError(f"overwrite-mode must be static or dynamic, got {mode!r}")
+        self.dynamic = mode == "dynamic"
+        spec = settings.get("overwrite-partition")
+        self.static_partition = parse_partition_spec(spec) if spec else None
+        if (self.dynamic or self.static_partition) and not overwrite:
+            raise OptionError("overwrite-mode=dynamic and overwrite-partition need mode('overwrite')")
+        if self.dynamic and self.static_partition:
+            raise OptionError("overwrite-partition (static) and overwrite-mode=dynamic exclude each other")
+        table = ref.load()
+        self.base_snapshot = table.snapshot_manager.latest_id() or 0
+        _check_log_store(table)
+
+    def _typed_partition(self, table: Table) -> dict[str, Any] | None:
+        """'dt=2024-01-01,h=3' as the partition columns' own Python values."""
+        if self.static_partition is None:
+            return None
+        out: dict[str, Any] = {}
+        by_lower = {k.lower(): k for k in table.schema.partition_keys}
+        for key, text in self.static_partition.items():
+            name = key if key in table.schema.partition_keys else by_lower.get(key.lower())
+            if name is None:
+                raise OptionError(f"overwrite-partition names {key!r}, which is not a partition key of "
+                                  f"{table.identifier} ({table.schema.partition_keys})")
+            arrow_type = table.schema.field(name).type.to_arrow()
+            out[name] = pa.scalar(text).cast(arrow_type).as_py()
+        return out
+
+    def _publish(self, table: Table, commit_user: str, messages: list[CommitMessage], identifier: int,
+                 properties: dict[str, str] | None) -> CommitResult:
+        commit = table.new_commit(commit_user)
+        if not self.overwrite:
+            return commit.commit(messages, identifier, properties)
+        partition = self._typed_partition(table)
+        return commit.overwrite(messages, partition, identifier, dynamic=self.dynamic, properties=properties)
+
+
+class StrataBatchWriter(_Committer, DataSourceArrowWriter):
+    """``df.write.format("strata")``: append (upsert for primary-key tables) or, with
+    ``mode("overwrite")``, replace the whole table, the static ``overwrite-partition`` or, with
+    ``overwrite-mode=dynamic``, the partitions the data touches. Idempotent batch writes (as
+    Delta's txnAppId/txnVersion): options ``commit-user`` + ``commit-identifier``."""
+
+    def __init__(self, ref: TableRef, settings: dict[str, str], overwrite: bool):
+        super().__init__(ref, settings, overwrite)
+        import uuid
+
+        self.identifier = get_int(settings, "commit-identifier")
+        user = settings.get("commit-user")
+        if self.identifier is not None and not user:
+            raise OptionError("commit-identifier needs commit-user (a stable name of the writing job)")
+        self.commit_user = user or f"spark-batch-{uuid.uuid4()}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StrataWriterMessage:
+        return write_task(self.ref, iterator, self.write_only, self.commit_user)
+
+    def commit(self, messages: list[Any]) -> None:
+        table = self.ref.load()
+        files = collect(messages)
+        identifier = self.identifier if self.identifier is not None else BATCH_COMMIT_IDENTIFIER
+        result = self._publish(table, self.commit_user, files, identifier, None)
+        if result.skipped_as_duplicate:
+            removed = delete_files(table, files)
+            log.info("%s: commit %s of %s already published; removed %d new files", table.identifier,
+                     identifier, self.commit_user, removed)
+
+    def abort(self, messages: list[Any]) -> None:
+        table = self.ref.load()
+        if committed_since(table, self.commit_user, self.base_snapshot, self.identifier):
+            return  # the commit landed after all (e.g. failure after publishing): keep the files
+        delete_files(table, collect(messages))
+
+
+class StrataStreamWriter(_Committer, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("strata")``: one snapshot per micro-batch, exactly once.
+    ``outputMode("complete")`` overwrites the table with each batch."""
+
+    def __init__(self, ref: TableRef, settings: dict[str, str], overwrite: bool):
+        super().__init__(ref, settings, overwrite)
+        user = settings.get("commit-user")
+        if not user:
+            location = settings.get("checkpointlocation")
+            if not location:
+                raise OptionError("the strata streaming sink needs a checkpoint location "
+                                  "(option checkpointLocation) or the option commit-user")
+            user = commit_user_for_checkpoint(location)
+        self.commit_user = user
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StrataWriterMessage:
+        return write_task(self.ref, iterator, self.write_only, self.commit_user)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        table = self.ref.load()
+        files = collect(messages)
+        last = table.new_commit(self.commit_user).last_committed_identifier()
+        if last is not None and batchId < last:
+            delete_files(table, files)
+            raise RuntimeError(
+                f"micro-batch {batchId} of commit user {self.commit_user} is older than batch {last}, which is "
+                f"already committed to {table.identifier}: the checkpoint was deleted or replaced. Use a new "
+                "checkpoint location together with a new option commit-user, or restore the checkpoint.")
+        result = None
+        if last is None or batchId > last:
+            result = self._publish(table, self.commit_user, files, batchId, {"spark.batch-id": str(batchId)})
+        if result is None or result.skipped_as_duplicate:
+            removed = delete_files(table, files)
+            log.warning("%s: micro-batch %d of %s was already committed; dropped the replay (%d files)",
+                        table.identifier, batchId, self.commit_user, removed)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        table = self.ref.load()
+        last = table.new_commit(self.commit_user).last_committed_identifier()
+        if last is not None and last >= batchId:
+            return  # this batch (or its earlier run) is committed: its files may be live
+        delete_files(table, collect(messages))

@@ -1,0 +1,67 @@
+"""`python -m strata_platform.cdc`: run the CDC ingestion job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from dataclasses import asdict
+
+from strata_platform.cdc.job import CdcJob
+
+
+def _pairs(values: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"expected key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m strata_platform.cdc",
+        description="Sync Kafka CDC topics (debezium-json, canal-json) into Strata tables.")
+    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
+    parser.add_argument("--topic", action="append", required=True,
+                        help="topic(s) to consume; repeat or separate with commas")
+    parser.add_argument("--warehouse", required=True)
+    parser.add_argument("--database", required=True)
+    parser.add_argument("--table", help="sync into this one table (default: the table named by each event)")
+    parser.add_argument("--format", default="debezium-json", choices=["debezium-json", "canal-json"])
+    parser.add_argument("--primary-keys", help="comma-separated primary key of created tables "
+                                               "(default: from the events)")
+    parser.add_argument("--table-conf", action="append", help="option of created tables, key=value")
+    parser.add_argument("--catalog-conf", action="append", help="catalog option, key=value")
+    parser.add_argument("--name", default="cdc", help="job name: the commit user is strata-cdc-<name>")
+    parser.add_argument("--batch-size", type=int, default=10_000)
+    parser.add_argument("--until-idle", type=float, help="stop after this many seconds without events")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    topics = [t.strip() for item in args.topic for t in item.split(",") if t.strip()]
+    job = CdcJob(args.bootstrap, topics, args.warehouse, args.database, fmt=args.format, table=args.table,
+                 primary_keys=[k.strip() for k in args.primary_keys.split(",")] if args.primary_keys else None,
+                 table_options=_pairs(args.table_conf), name=args.name, batch_size=args.batch_size,
+                 catalog_options=_pairs(args.catalog_conf))
+
+    def stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        stats = job.run(until_idle=args.until_idle)
+    except KeyboardInterrupt:
+        stats = job.stats
+    finally:
+        job.close()
+    json.dump(asdict(stats), sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
