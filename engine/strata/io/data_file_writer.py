@@ -25,9 +25,10 @@ from strata.table.paths import PathFactory
 
 FILE_SOURCE_APPEND = 0
 FILE_SOURCE_COMPACT = 1
-ROW_GROUP_ROWS = 128 * 1024
+# small enough that a key-range read skips most of a large file by row-group statistics
+ROW_GROUP_ROWS = 32 * 1024
 # rows written between size checks when rolling; a file overshoots the target by at most this.
-ROLL_CHECK_ROWS = 64 * 1024
+ROLL_CHECK_ROWS = 128 * 1024
 
 
 @dataclass

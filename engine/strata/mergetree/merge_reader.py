@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from strata.mergetree.changelog import diff_changelog
-from strata.mergetree.merge_function import MergeFunction
-from strata.mergetree.sorting import _as_numpy, _numeric, sort_by_key
+from strata.mergetree.merge_function import DeduplicateMerge, MergeFunction
+from strata.mergetree.sorting import _as_numpy, _numeric, group_ends, sort_by_key
 from strata.schema.table_schema import SEQUENCE_NUMBER
 
 
@@ -41,8 +41,7 @@ def merge_runs(runs: Sequence[Iterator[pa.Table]], key_names: Sequence[str],
             cursors = [c for c in cursors if c.batch is not None]
             continue
         combined = pa.concat_tables(non_empty)
-        order = sort_by_key(combined, key_names, SEQUENCE_NUMBER)
-        merged = merge_function.merge(combined.take(order), key_names)
+        merged = _merge_chunk(combined, key_names, merge_function)
         if changelog is not None:
             top = [p for i, p in parts if i == changelog.top_run]
             others = [p.select(list(key_names)) for i, p in parts if i != changelog.top_run and p.num_rows]
@@ -50,6 +49,18 @@ def merge_runs(runs: Sequence[Iterator[pa.Table]], key_names: Sequence[str],
             changelog.add(before, merged, pa.concat_tables(others) if others else combined.slice(0, 0))
         yield merged
         cursors = [c for c in cursors if c.batch is not None]
+
+
+def _merge_chunk(combined: pa.Table, key_names: Sequence[str], merge_function: MergeFunction) -> pa.Table:
+    """Sort and merge one chunk. When the latest record of each key simply wins, the winners are
+    chosen from the key and sequence columns alone and every other column is gathered once."""
+    order = sort_by_key(combined, key_names, SEQUENCE_NUMBER)
+    if isinstance(merge_function, DeduplicateMerge) and merge_function.sequence is None \
+            and not merge_function.ignore_delete:
+        keys = pa.table({k: combined.column(k).take(order) for k in key_names})
+        winners = order[group_ends(keys, key_names)]
+        return combined.take(pa.array(winners))
+    return merge_function.merge(combined.take(order), key_names)
 
 
 class ChangelogSink:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -48,12 +50,33 @@ class TableRead:
 
     # -- public ----------------------------------------------------------------------------------
     def to_batches(self, splits: Sequence[DataSplit]) -> Iterator[pa.RecordBatch]:
-        for split in splits:
-            for table in self.read_split(split):
-                yield from table.to_batches()
+        """Batches split after split; the next split is read ahead on another thread, so at
+        most two splits are in flight (bounded memory)."""
+        if len(splits) < 2:
+            for split in splits:
+                for table in self.read_split(split):
+                    yield from table.to_batches()
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-read") as pool:
+            ahead = pool.submit(self._read_all, splits[0])
+            for nxt in [*splits[1:], None]:
+                tables = ahead.result()
+                if nxt is not None:
+                    ahead = pool.submit(self._read_all, nxt)
+                for table in tables:
+                    yield from table.to_batches()
+
+    def _read_all(self, split: DataSplit) -> list[pa.Table]:
+        return list(self.read_split(split))
 
     def to_arrow(self, splits: Sequence[DataSplit]) -> pa.Table:
-        tables = [t for s in splits for t in self.read_split(s)]
+        # pyarrow releases the GIL while decoding, sorting and gathering: splits read in parallel
+        workers = min(len(splits), os.cpu_count() or 1)
+        if workers > 1:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="strata-read") as pool:
+                tables = [t for part in pool.map(self._read_all, splits) for t in part]
+        else:
+            tables = [t for s in splits for t in self.read_split(s)]
         with_kinds = any(s.row_kinds for s in splits)
         schema = self._schema(with_kinds)
         return pa.concat_tables(tables) if tables else schema.empty_table()
