@@ -193,7 +193,7 @@ def test_append_table_log(catalog, bootstrap, topics) -> None:
 
 def test_missing_topic_without_auto_register(catalog, bootstrap, topics) -> None:
     table = make_table(catalog, bootstrap, topics, **{"log.system.auto-register": "false"})
-    with pytest.raises(LogSystemError, match="does not exist.*auto-register"):
+    with pytest.raises(LogSystemError, match=r"does not exist.*auto-register"):
         table.write(rows(range(3)))
     assert table.latest_snapshot() is None
 
@@ -270,3 +270,17 @@ def test_hybrid_read_falls_back_when_offsets_are_gone(catalog, bootstrap, topics
     assert Counter(map(str, changes.to_pylist())) == Counter(map(str, expected.to_pylist()))
     state = apply(as_state(table.to_arrow(snapshot_id=2)), changes)
     assert state == as_state(table.to_arrow())
+
+
+def test_a_writer_must_commit_before_its_next_transaction(catalog, bootstrap, topics) -> None:
+    table = make_table(catalog, bootstrap, topics)
+    writer = table.new_write("w")
+    writer.write_arrow(rows(range(3)))
+    first = writer.prepare_commit()
+    with pytest.raises(LogSystemError, match="not committed yet"):
+        writer.write_arrow(rows(range(3, 6)))
+    table.new_commit("w").commit(first, 1)
+    writer.write_arrow(rows(range(3, 6)))
+    table.new_commit("w").commit(writer.prepare_commit(), 2)
+    writer.close()
+    assert ids_of(read_log(bootstrap, topics[0])) == Counter(range(6))

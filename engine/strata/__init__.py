@@ -10,6 +10,7 @@
 
 from strata.catalog import Catalog, FileSystemCatalog, Identifier, load_catalog
 from strata.scan.predicate import col
+from strata.schema.evolution import Move, SchemaChange
 from strata.table.table import Table
 
-__all__ = ["Catalog", "FileSystemCatalog", "Identifier", "Table", "col", "load_catalog"]
+__all__ = ["Catalog", "FileSystemCatalog", "Identifier", "Move", "SchemaChange", "Table", "col", "load_catalog"]

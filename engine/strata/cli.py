@@ -108,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_files)
 
     p = sub.add_parser("read", help="read rows")
-    p.add_argument("table")
+    p.add_argument("table", help="database.table, or a system table such as 'db.t$snapshots' "
+                                 "($schemas, $options, $files, $manifests, $partitions, $buckets, $tags, "
+                                 "$consumers, $audit_log, $ro)")
     p.add_argument("--columns", default=None, help="comma-separated columns to output")
     p.add_argument("--where", default=None,
                    help="conditions joined by AND: col = 1, col <> 'x', col BETWEEN 1 AND 9, "
@@ -513,6 +515,11 @@ def coerce_literal(raw: Any, field: DataField) -> Any:
 
 def read_table(table: Table, columns: list[str] | None, where: Predicate | None, snapshot_id: int | None,
                limit: int | None) -> pa.Table:
+    from strata.table.system_tables import SystemTable
+
+    if isinstance(table, SystemTable):  # db.t$snapshots, db.t$files, ...: metadata rows, read whole
+        data = table.to_arrow(columns, where, snapshot_id)
+        return data if limit is None else data.slice(0, limit)
     if limit is None:
         return table.to_arrow(columns, where, snapshot_id)
     read = table.new_read(columns, where)

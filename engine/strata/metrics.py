@@ -553,8 +553,11 @@ class MetricsUnavailableError(RuntimeError):
 
 
 def _require() -> Any:
+    """prometheus-client, with the `_created` series off: the text format exposes them as one
+    extra gauge per counter and histogram series, which nothing here reads."""
     if _prom is None:
         raise MetricsUnavailableError("Prometheus metrics need prometheus-client: pip install 'strata[metrics]'")
+    _prom.disable_created_metrics()
     return _prom
 
 
@@ -568,7 +571,21 @@ def serve_metrics(port: int, host: str = DEFAULT_HOST) -> Any:
 
 
 def write_textfile(path: str) -> None:
-    """Write this process's metrics to `path` atomically, in the text format (for node exporter's
-    textfile collector, or the Strata exporter's METRICS_TEXTFILE_DIR)."""
+    """Write this process's Strata metrics (``strata_*``; not the process/runtime ones, which mean
+    nothing once a short-lived job has exited) to `path` atomically, in the text format the Strata
+    exporter's METRICS_TEXTFILE_DIR and node exporter's textfile collector read. Name the file
+    after the job (``<job>.prom``)."""
     prom = _require()
-    prom.write_to_textfile(path, prom.REGISTRY)
+    registry = prom.CollectorRegistry(auto_describe=False)
+    registry.register(_StrataOnly(prom.REGISTRY))
+    prom.write_to_textfile(path, registry)
+
+
+class _StrataOnly:
+    """A collector serving the `strata_` families of another registry."""
+
+    def __init__(self, source: Any):
+        self.source = source
+
+    def collect(self) -> Iterator[Any]:
+        return (family for family in self.source.collect() if family.name.startswith("strata_"))

@@ -276,45 +276,42 @@ def _table_families(readings: Sequence[TableHealth], now: float) -> Iterator[Gau
 
 
 class TextfileCollector(Collector):
-    """Re-serves the ``*.prom`` files short-lived jobs wrote with ``write_textfile`` (families of the
-    same name from several files are merged; a file that does not parse is skipped and counted)."""
+    """Re-serves the ``*.prom`` files short-lived jobs wrote with ``write_textfile``: their
+    ``strata_*`` families (not the exporter's own ``strata_table_*``/``strata_exporter_*``), each
+    sample labelled ``textfile=<file name without .prom>`` so two jobs never collide. A file that
+    does not parse is skipped and counted in ``strata_exporter_textfile_errors``."""
+
+    OWN = ("strata_table_", "strata_exporter_")
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
 
     def collect(self) -> Iterable[Metric]:
         merged: dict[str, Metric] = {}
-        seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         mtimes, errors = [], 0
         for path in sorted(self.directory.glob("*.prom")):
             try:
-                text = path.read_text()
-                families = list(text_string_to_metric_families(text))
+                families = list(text_string_to_metric_families(path.read_text()))
                 mtime = path.stat().st_mtime
             except (OSError, ValueError):
                 errors += 1
                 continue
-            mtimes.append(((path.name,), mtime))
+            mtimes.append(((path.stem,), mtime))
             for family in families:
-                target = merged.get(family.name)
-                if target is None:
-                    target = merged[family.name] = Metric(family.name, family.documentation, family.type,
-                                                          family.unit)
-                elif target.type != family.type:
+                if not family.name.startswith("strata_") or family.name.startswith(self.OWN):
+                    continue
+                target = merged.setdefault(family.name, Metric(family.name, family.documentation,
+                                                                family.type, family.unit))
+                if target.type != family.type:
                     errors += 1
                     continue
-                for sample in family.samples:
-                    key = (sample.name, tuple(sorted(sample.labels.items())))
-                    if key not in seen:  # the same series from two files: the first file wins
-                        seen.add(key)
-                        target.samples.append(sample)
+                target.samples.extend(sample._replace(labels={**sample.labels, "textfile": path.stem})
+                                      for sample in family.samples)
         yield from merged.values()
         yield _gauge("strata_exporter_textfile_mtime_seconds", "Modification time of each textfile served.",
-                     ["file"], mtimes)
-        errors_family = GaugeMetricFamily("strata_exporter_textfile_errors", "Textfiles that could not be "
-                                          "read or merged at this scrape.")
-        errors_family.add_metric([], errors)
-        yield errors_family
+                     ["textfile"], mtimes)
+        yield _gauge("strata_exporter_textfile_errors", "Textfiles that could not be read or merged at "
+                     "this scrape.", [], [((), errors)])
 
 
 @dataclass

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 if TYPE_CHECKING:
+    from strata.schema.evolution import SchemaChange
     from strata.schema.table_schema import TableSchema
     from strata.table.table import Table
 
@@ -65,3 +67,38 @@ class Catalog(ABC):
             return True
         except TableNotFoundError:
             return False
+
+    # -- schema evolution ------------------------------------------------------------------------
+    def alter_table(self, name: str | Identifier, changes: Sequence[SchemaChange],
+                    ignore_if_not_exists: bool = False) -> Table | None:
+        """Apply schema changes (``strata.schema.evolution.SchemaChange``) as one new schema
+        version; returns the table with its new schema (None if absent and ignored)."""
+        from strata.errors import TableNotFoundError
+        from strata.schema.evolution import SchemaChangeError, commit_changes
+
+        ident = Identifier.parse(name)
+        if "$" in ident.table:
+            raise SchemaChangeError(f"system table {ident} is read-only")
+        try:
+            table = self.get_table(ident)
+        except TableNotFoundError:
+            if ignore_if_not_exists:
+                return None
+            raise
+        with self.schema_change_lock(table):
+            commit_changes(table.schema_manager, changes, str(ident),
+                           has_snapshots=lambda: table.snapshot_manager.latest() is not None)
+        return self.get_table(ident)
+
+    def schema_change_lock(self, table: Table) -> contextlib.AbstractContextManager[object]:
+        """Held around publishing a schema version; catalogs with table locks override it."""
+        return contextlib.nullcontext()
+
+    def _system_table(self, ident: Identifier) -> Table | None:
+        """``db.t$snapshots`` -> the read-only system table of ``db.t``; None for a plain name."""
+        if "$" not in ident.table:
+            return None
+        from strata.table.system_tables import SystemTable
+
+        base, _, system = ident.table.partition("$")
+        return SystemTable(self.get_table(Identifier(ident.database, base)), system)

@@ -93,6 +93,9 @@ class FileSystemCatalog(Catalog):
 
     def get_table(self, name: str | Identifier) -> Table:
         ident = Identifier.parse(name)
+        system = self._system_table(ident)  # db.t$snapshots, db.t$files, ...
+        if system is not None:
+            return system
         path = self.table_path(ident)
         schema = SchemaManager(self.file_io, path).latest()
         if schema is None:

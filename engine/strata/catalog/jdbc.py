@@ -23,6 +23,7 @@ Publishing ``snapshot-N`` (``snapshot_publisher``):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -283,6 +284,9 @@ class JdbcCatalog(Catalog):
 
     def get_table(self, name: str | Identifier) -> Table:
         ident = Identifier.parse(name)
+        system = self._system_table(ident)  # db.t$snapshots, db.t$files, ...
+        if system is not None:
+            return system
         if not self._registered(ident):
             raise TableNotFoundError(f"table {ident} does not exist")
         path = self.table_path(ident)
@@ -303,6 +307,13 @@ class JdbcCatalog(Catalog):
             raise TableNotFoundError(f"table {ident} does not exist")
         if path is not None:
             self.file_io.delete_dir(path)
+
+    def schema_change_lock(self, table: Table) -> contextlib.AbstractContextManager[object]:
+        """Schema versions are published under the table lock when snapshots are (as Paimon's
+        ``JdbcCatalog.alterTableImpl``, which runs ``commitChanges`` with the lock)."""
+        if self.locks is not None and self.publish_mode(table) == "lock":
+            return self.locks.lock(table.identifier.database, table.identifier.table)
+        return contextlib.nullcontext()
 
     # -- publishing snapshots --------------------------------------------------------------------
     def publish_mode(self, table: Table) -> str:

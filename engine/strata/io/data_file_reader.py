@@ -36,6 +36,18 @@ class ColumnMapping:
             self.source[name] = None if old is None else (KEY_PREFIX + old.name if is_key else old.name)
             self.types[name] = field.type.to_arrow()
 
+    def stat_columns(self, stat_names: dict[str, str]) -> dict[str, str | None]:
+        """Predicate field -> the file's column holding its statistics, through the field ids
+        (after a rename the file's column has the old name; None: the file has no such column)."""
+        out: dict[str, str | None] = {}
+        for name in self.wanted:
+            if name in SYSTEM_COLUMNS:
+                continue
+            out[name] = self.source[name]
+        for field, column in stat_names.items():
+            out[field] = self.source.get(column, column)
+        return out
+
     def file_columns(self, available: set[str]) -> list[str]:
         cols = []
         for name in self.wanted:
@@ -81,14 +93,15 @@ def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predic
         parquet = pq.ParquetFile(source)
         available = set(parquet.schema_arrow.names)
         columns = mapping.file_columns(available)
-        groups = _row_groups(parquet, prune, stat_names or {})
+        groups = _row_groups(parquet, prune, mapping.stat_columns(stat_names or {}))
         if groups is not None and not groups:
             return
         for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=groups, columns=columns):
             yield mapping.apply(pa.Table.from_batches([batch]))
 
 
-def _row_groups(parquet: pq.ParquetFile, prune: Predicate | None, names: dict[str, str]) -> list[int] | None:
+def _row_groups(parquet: pq.ParquetFile, prune: Predicate | None,
+                names: dict[str, str | None]) -> list[int] | None:
     if prune is None:
         return None
     meta = parquet.metadata
@@ -98,7 +111,10 @@ def _row_groups(parquet: pq.ParquetFile, prune: Predicate | None, names: dict[st
         group = meta.row_group(g)
 
         def lookup(field: str, group: pq.RowGroupMetaData = group) -> ColumnStats | None:
-            col_index = index.get(names.get(field, field))
+            name = names.get(field, field)
+            if name is None:  # added after the file was written: all null in it
+                return ColumnStats(None, None, group.num_rows, group.num_rows)
+            col_index = index.get(name)
             if col_index is None:
                 return None
             stats = group.column(col_index).statistics

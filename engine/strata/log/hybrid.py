@@ -101,6 +101,7 @@ class HybridReader:
     def _fall_back(self, why: str) -> None:
         self.mode = "snapshots"
         metrics.inc(metrics.HYBRID_FALLBACKS)
+        metrics.engine("log_hybrid_fallback", self.opts.table)
         message = f"hybrid read of table {self.opts.table} falls back to snapshot-based reading: {why}"
         log.warning(message)
         warnings.warn(message, LogOffsetsLostWarning, stacklevel=3)

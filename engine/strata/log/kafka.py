@@ -120,9 +120,11 @@ class _TxnProducer:
         config.update({"transactional.id": transactional_id,
                        "transaction.timeout.ms": opts.transaction_timeout_ms})
         self.transactional_id = transactional_id
+        self.table = opts.table
         self.producer = _kafka().Producer(config)
         self.producer.init_transactions(30)
         self.state = "idle"  # idle | open | prepared
+        self.owner: object | None = None  # the LogWriter of the current transaction
         self.lock = threading.RLock()
 
     def begin(self) -> None:
@@ -144,6 +146,7 @@ class _TxnProducer:
                     self.producer.commit_transaction(30)
                     self.state = "idle"
                     metrics.inc(metrics.TRANSACTIONS_COMMITTED)
+                    metrics.engine("log_transaction", self.table, True)
                     return
                 except _kafka().KafkaException as exc:
                     last = exc
@@ -163,6 +166,7 @@ class _TxnProducer:
             try:
                 self.producer.abort_transaction(30)
                 metrics.inc(metrics.TRANSACTIONS_ABORTED)
+                metrics.engine("log_transaction", self.table, False)
             finally:
                 self.state = "idle"
 
@@ -265,14 +269,19 @@ class LogWriter:
         keys = encode_keys(rows, self.opts.key_fields)
         if self.transactional_id is not None:
             if self._txn is None:
-                self._txn = _txn_producer(self.opts, self.transactional_id)
-                self._txn.begin()
+                txn = _txn_producer(self.opts, self.transactional_id)
+                if txn.state == "prepared" and txn.owner is self:
+                    raise LogSystemError(
+                        f"writer of table {self.opts.table} prepared a commit that is not committed yet: commit "
+                        "its messages before writing more (one log transaction per writer at a time)")
+                txn.begin()
+                txn.owner = self
+                self._txn = txn
             producer = self._txn.producer
         else:
             producer = _eventual_producer(self.opts)
         self._produce(producer, max(bucket, 0), keys, values)
         self._records += len(values)
-        metrics.inc(metrics.RECORDS_PRODUCED, len(values))
 
     def _produce(self, producer: Any, partition: int, keys: list[bytes] | None, values: list[bytes]) -> None:
         topic, produce, on_delivery = self.opts.topic, producer.produce, self._delivered
@@ -299,6 +308,7 @@ class LogWriter:
         if self._records == 0:
             return None
         producer = self._txn.producer if self._txn is not None else _eventual_producer(self.opts)
+        started = time.monotonic()
         remaining = producer.flush(60)
         if remaining or self._errors:
             errors, self._errors = self._errors[:3], []
@@ -309,6 +319,9 @@ class LogWriter:
                                  f"{remaining} pending, errors {errors}")
         committable = LogCommittable(self.opts.bootstrap, self.opts.topic, dict(self._ends),
                                      self.transactional_id, self._records)
+        metrics.inc(metrics.RECORDS_PRODUCED, self._records)
+        # latency: the flush that waits for the last acknowledgements (records go out as produced)
+        metrics.engine("log_produced", self.opts.table, self._records, time.monotonic() - started)
         if self._txn is not None:
             self._txn.state = "prepared"
         self._txn = None

@@ -1,4 +1,6 @@
-"""Counters of the log store, for the metrics module to export (plain process-wide integers)."""
+"""Counters of the log store (plain process-wide integers, always on), also forwarded to the
+Prometheus helpers of `strata.metrics` (`log_produced`, `log_transaction`, `log_hybrid_fallback`)
+when that module provides them."""
 
 from __future__ import annotations
 
@@ -17,6 +19,18 @@ TRANSACTIONS_ABORTED = "log.transactions.aborted"
 def inc(name: str, amount: int = 1) -> None:
     with _lock:
         _counters[name] += amount
+
+
+def engine(helper: str, *args: object) -> None:
+    """Call `strata.metrics.<helper>(*args)` if it exists; metrics never break the log store."""
+    try:
+        from strata import metrics as engine_metrics
+
+        function = getattr(engine_metrics, helper, None)
+        if callable(function):
+            function(*args)
+    except Exception:  # pragma: no cover - a metrics failure must not fail a write
+        return
 
 
 def get(name: str) -> int:

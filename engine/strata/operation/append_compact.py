@@ -57,6 +57,7 @@ def plan_append_compaction(table: Table, full: bool = False,
 
 def run_append_compaction(table: Table, task: AppendCompactTask) -> CommitMessage:
     """Rewrite a task's files (in order) into new files; the message replaces them."""
+    from strata.schema.evolution import check_rewritable
     from strata.table.write import TableWrite
 
     started = time.monotonic()
@@ -69,6 +70,7 @@ def run_append_compaction(table: Table, task: AppendCompactTask) -> CommitMessag
 
     def batches():
         for f in task.files:
+            check_rewritable(table.schema, f.schema_id, f.file_name, str(table.identifier))
             mapping = ColumnMapping(table.schema, table.schema_at(f.schema_id), names)
             yield from read_file(table.file_io, f"{bucket_dir}/{f.file_name}", mapping)
 

@@ -244,7 +244,30 @@ class TableScan:
             names = f.value_stats_cols or schema.field_names
             types = [schema.field(n).type.to_arrow() for n in names]
             stats = f.value_stats
-        return self.file_filter.may_match(self._decode_stats(stats, names, types, f.row_count))
+        lookup = self._decode_stats(stats, names, types, f.row_count)
+        if schema.id != self.table.schema.id:
+            lookup = self._evolved_stats(lookup, schema, f.row_count)
+        return self.file_filter.may_match(lookup)
+
+    def _evolved_stats(self, lookup: Any, file_schema: Any, row_count: int) -> Any:
+        """Stats of a file written under an older schema, looked up by the current column names:
+        columns are matched by field id (renamed columns keep theirs); a column the file's schema
+        lacks was added later and is all null in the file."""
+        cache = self.__dict__.setdefault("_file_names_cache", {})
+        names = cache.get(file_schema.id)
+        if names is None:
+            by_id = {fld.id: fld.name for fld in file_schema.fields}
+            names = {fld.name: by_id.get(fld.id) for fld in self.table.schema.fields}
+            cache[file_schema.id] = names
+
+        def evolved(name: str) -> ColumnStats | None:
+            if name not in names:
+                return None
+            file_name = names[name]
+            if file_name is None:
+                return ColumnStats(None, None, row_count, row_count)
+            return lookup(file_name)
+        return evolved
 
     @staticmethod
     def _decode_stats(stats: SimpleStats, names: list[str], types: list, row_count: int | None):

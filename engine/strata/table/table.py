@@ -26,6 +26,7 @@ from strata.table.write import TableWrite
 
 if TYPE_CHECKING:
     from strata.catalog.base import Catalog, Identifier
+    from strata.schema.evolution import SchemaChange
 
 
 class Table:
@@ -163,3 +164,57 @@ class Table:
 
     def snapshots(self) -> list[Snapshot]:
         return list(self.snapshot_manager.snapshots())
+
+    def system_table(self, name: str, **kwargs: Any) -> pa.Table:
+        """A system table of this table as Arrow: 'snapshots', 'schemas', 'options', 'files',
+        'manifests', 'partitions', 'buckets', 'tags', 'consumers', 'audit_log', 'ro' (Paimon's
+        ``t$name``); `kwargs` such as snapshot_id pick the snapshot the file-level ones describe."""
+        from strata.table.system_tables import read_system_table
+
+        return read_system_table(self, name, **kwargs)
+
+    # -- schema evolution (each returns the table under its new schema; this object keeps the old) --
+    def alter(self, *changes: SchemaChange) -> Table:
+        """Apply schema changes (``strata.SchemaChange.add_column(...)``, ...) as one new schema."""
+        from strata.schema.evolution import commit_changes
+
+        if self.catalog is not None:
+            altered = self.catalog.alter_table(self.identifier, list(changes))
+            assert altered is not None
+            return altered
+        schema = commit_changes(self.schema_manager, list(changes), str(self.identifier),
+                                has_snapshots=lambda: self.snapshot_manager.latest() is not None)
+        return Table(self.file_io, self.path, self.identifier, schema)
+
+    def add_column(self, name: str, data_type: Any, comment: str | None = None, first: bool = False,
+                   after: str | None = None, before: str | None = None) -> Table:
+        from strata.schema.evolution import SchemaChange
+
+        return self.alter(SchemaChange.add_column(name, data_type, comment, first, after, before))
+
+    def drop_column(self, name: str) -> Table:
+        from strata.schema.evolution import SchemaChange
+
+        return self.alter(SchemaChange.drop_column(name))
+
+    def rename_column(self, name: str, new_name: str) -> Table:
+        from strata.schema.evolution import SchemaChange
+
+        return self.alter(SchemaChange.rename_column(name, new_name))
+
+    def update_column_type(self, name: str, data_type: Any) -> Table:
+        """Widen a column's type (its nullability stays as it is)."""
+        from strata.schema.evolution import SchemaChange
+
+        return self.alter(SchemaChange.update_column_type(name, data_type, keep_nullability=True))
+
+    def set_options(self, **options: str) -> Table:
+        """Set table options; keys with dashes or dots: ``set_options(**{"snapshot.num-retained.min": "5"})``."""
+        from strata.schema.evolution import SchemaChange
+
+        return self.alter(*(SchemaChange.set_option(k, str(v)) for k, v in options.items()))
+
+    def remove_options(self, *keys: str) -> Table:
+        from strata.schema.evolution import SchemaChange
+
+        return self.alter(*(SchemaChange.remove_option(k) for k in keys))

@@ -24,6 +24,7 @@ from strata.mergetree.merge_function import merge_function_for
 from strata.mergetree.writer import AppendBucketWriter, BucketWriter, CompactionContext, KeyValueBucketWriter
 from strata.operation.commit import key_decoder
 from strata.options import CoreOptions
+from strata.schema.evolution import check_rewritable
 from strata.table.commit_message import CommitMessage
 from strata.table.conform import conform, row_kinds, to_arrow_table
 from strata.table.paths import PathFactory, partition_path
@@ -83,9 +84,9 @@ class TableWrite:
         for (partition, bucket), index in self._route(table):
             rows = table if index is None else table.take(index)
             part_kinds = kinds if index is None or kinds is None else kinds[index]
-            self._writer(partition, bucket).write(rows, part_kinds)
-            if self._log_enabled:
+            if self._log_enabled:  # first: a refused log write leaves the file writers untouched
                 self._log_writer().write(bucket, rows, part_kinds)
+            self._writer(partition, bucket).write(rows, part_kinds)
         self._bound_memory()
         self.write_metrics.written(table.num_rows, self.writers.values())
 
@@ -203,6 +204,7 @@ class TableWrite:
         file_names = self.schema.file_arrow_schema().names
 
         def read(f: DataFileMeta):
+            check_rewritable(self.schema, f.schema_id, f.file_name, str(self.table.identifier))
             mapping = ColumnMapping(self.schema, self.table.schema_at(f.schema_id), file_names)
             return read_file(self.table.file_io, f"{bucket_dir}/{f.file_name}", mapping)
         return read

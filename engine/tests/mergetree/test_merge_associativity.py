@@ -14,6 +14,7 @@ functions.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pyarrow as pa
@@ -42,7 +43,7 @@ def tree_merge(draw, mf, columns, records, contiguous=True):
     if contiguous:
         cuts = sorted(draw(st.sets(st.integers(1, max(n - 1, 1)), max_size=6))) if n > 1 else []
         bounds = [0, *[c for c in cuts if c < n], n]
-        leaves = [list(range(a, b)) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+        leaves = [list(range(a, b)) for a, b in itertools.pairwise(bounds) if b > a]
     else:
         runs = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
         leaves = [[i for i in range(n) if runs[i] == r] for r in sorted(set(runs))]
@@ -187,8 +188,8 @@ ORDERED_COLUMNS = {"nn": pa.int64(), "fv": pa.int64(), "fn": pa.int64(), "la": p
 
 @SETTINGS
 @given(st.data(), records_of(INSERTS, nn=SMALL, fv=SMALL, fn=SMALL, la=st.none() | st.sampled_from(["a", "b", ""]),
-                             ld=st.none() | st.sampled_from(["a", "b,a", "c,,a", " "]), p=st.none() | st.integers(-3, 3),
-                             ba=st.none() | st.booleans()))
+                             ld=st.none() | st.sampled_from(["a", "b,a", "c,,a", " "]),
+                             p=st.none() | st.integers(-3, 3), ba=st.none() | st.booleans()))
 def test_aggregation_order_sensitive_functions(data, records):
     options = {"merge-engine": "aggregation", "fields.nn.aggregate-function": "last_non_null_value",
                "fields.fv.aggregate-function": "first_value", "fields.fn.aggregate-function": "first_non_null_value",

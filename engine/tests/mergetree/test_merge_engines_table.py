@@ -94,7 +94,7 @@ def test_partial_update_across_runs(catalog):
     assert got[0] == {"v": 0, "s": "even", "ts": 5}
     assert got[1] == {"v": 1, "s": "one", "ts": None}
     assert got[2] == {"v": 2, "s": "even", "ts": None}
-    with pytest.raises(MergeError, match="partial-update.remove-record-on-delete"):
+    with pytest.raises(MergeError, match=r"partial-update\.remove-record-on-delete"):
         t.delete(data([1]))
 
 

@@ -59,8 +59,8 @@ def test_tuple_rank_nulls_smallest():
     assert rank[4] < rank[1] < rank[2] == rank[5] < rank[3]
 
 
-def _table(keys, seq_values, seq_type=pa.int64()):
-    return kv(keys, s=pa.array(seq_values, seq_type), v=list(range(len(keys))))
+def _table(keys, seq_values):
+    return kv(keys, s=pa.array(seq_values, pa.int64()), v=list(range(len(keys))))
 
 
 def test_reorder_ascending_nulls_first_ties_by_arrival():

@@ -155,6 +155,20 @@ def _pk_overwrite(catalog):
     return table
 
 
+def _pk_compacted(catalog):
+    """Levels above 0 (a full compaction), then new level-0 files on top."""
+    data = _with_dt(all_types_table(40), ["a", "b"])
+    table = catalog.create_table("db.pk_compacted", data.schema, partition_keys=["dt"], primary_keys=["id", "dt"],
+                                 options={"bucket": "2", "write-only": "true"})
+    table.write(data.slice(0, 30))
+    table.write(data.slice(20))
+    table.delete(data.slice(0, 4))
+    table.compact(full=True)
+    table.write(_with_dt(all_types_table(10, id_offset=5, with_nulls=False), ["a", "b"]))
+    table.delete(data.slice(30, 2))
+    return table
+
+
 def typed_partitions() -> pa.Table:
     """Partition columns of every type whose directory name depends on Java's toString."""
     n = 8
@@ -185,7 +199,8 @@ def _append_typed_parts(catalog):
 
 STRATA_TABLES = {f.__name__[1:]: f for f in (_pk_plain, _pk_part, _pk_multi_part, _pk_small_buffer,
                                                _pk_compound_key, _append_plain, _append_part,
-                                               _append_bucketed, _pk_overwrite, _append_typed_parts)}
+                                               _append_bucketed, _pk_overwrite, _append_typed_parts,
+                                               _pk_compacted)}
 
 
 @pytest.fixture(scope="module")

@@ -96,7 +96,8 @@ def _debezium_schema_fields(schema: dict[str, Any]) -> tuple[dict[str, pa.DataTy
     fields: dict[str, pa.DataType] = {}
     decimals: dict[str, int] = {}
     for part in schema.get("fields", []):
-        if part.get("field") not in ("after", "before") or part.get("type") != "struct":
+        if part.get("field") not in ("after", "before") or part.get("type") != "struct" \
+                or not part.get("fields"):
             continue
         for f in part.get("fields", []):
             name, logical = f["field"], f.get("name")

@@ -22,6 +22,7 @@ BINARY = "/usr/bin/prometheus"
 DISTRO_PIDFILE = "/run/prometheus/prometheus.pid"
 JOB = "prometheus"
 SCRAPE_INTERVAL_S = 1
+TARGETS_JOB = "targets"  # file_sd: whatever target files under state_dir/targets/ name (tests add theirs)
 
 
 class PrometheusService(Service):
@@ -36,6 +37,10 @@ class PrometheusService(Service):
     @property
     def config_file(self) -> str:
         return str(self.state_dir / "prometheus.yml")
+
+    @property
+    def targets_dir(self) -> Path:
+        return self.state_dir / "targets"
 
     def install(self) -> None:
         fresh = subprocess.run(["dpkg", "-s", "prometheus"], check=False,
@@ -73,11 +78,31 @@ class PrometheusService(Service):
             f"  - job_name: {JOB}\n"
             "    static_configs:\n"
             f"      - targets: ['{HOST}:{self.port}']\n"
+            f"  - job_name: {TARGETS_JOB}\n"
+            "    file_sd_configs:\n"
+            f"      - files: ['{self.targets_dir}/*.json']\n"
+            f"        refresh_interval: {SCRAPE_INTERVAL_S}s\n"
         )
 
     def prepare(self) -> None:
         (self.state_dir / "data").mkdir(parents=True, exist_ok=True)
         (self.state_dir / "prometheus.yml").write_text(self.config_text())
+        self.targets_dir.mkdir(exist_ok=True)
+        for stale in self.targets_dir.glob("*.json"):  # targets of a run that did not clean up
+            stale.unlink()
+
+    # -- scrape targets added at run time (file_sd) ----------------------------------------------
+    def add_targets(self, name: str, targets: list[str], labels: dict[str, str] | None = None) -> Path:
+        """Scrape `targets` (host:port) every second from now on, with `labels` (a ``job`` label
+        here replaces the default ``targets``). Returns the file; ``remove_targets(name)`` stops it."""
+        path = self.targets_dir / f"{name}.json"
+        tmp = path.with_suffix(".json.tmp")  # written whole, then renamed: never read half-written
+        tmp.write_text(json.dumps([{"targets": targets, "labels": labels or {}}]))
+        tmp.rename(path)
+        return path
+
+    def remove_targets(self, name: str) -> None:
+        (self.targets_dir / f"{name}.json").unlink(missing_ok=True)
 
     def command(self) -> list[str]:
         return [BINARY,

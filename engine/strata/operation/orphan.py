@@ -1,0 +1,169 @@
+"""Orphan file removal (Paimon's ``remove_orphan_files``): files under the table directory that no
+snapshot and no tag references, left by failed commits, killed writers or interrupted expiry.
+
+Candidates are the files of ``manifest/``, ``index/``, ``statistics/``, the bucket directories
+(``<k>=<v>/.../bucket-<n>/``), plus anything in ``snapshot/`` that is not a snapshot file or a
+hint and the temporary files (``.*.tmp``) of ``tag/``, ``consumer/`` and ``schema/``. A candidate
+is deleted only if it is older than the guard (`older_than_millis`, by default now minus one
+day): a writer's new files, not committed yet, are unreferenced but young.
+
+The candidates are listed *before* the used set is read, so a commit that lands meanwhile can only
+reference files that are young (new) or that a snapshot read afterwards also references.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from strata.errors import CorruptMetadataError, SnapshotNotFoundError
+from strata.fs import FileIO
+from strata.fs.file_io import FileStatus
+from strata.manifest.manifest_entry import FileKind
+from strata.operation.expire import TableFiles, try_delete_empty_dir
+from strata.snapshot.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from strata.table.table import Table
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OLDER_THAN_MS = 24 * 3600 * 1000
+_SNAPSHOT_FILE = re.compile(r"^snapshot-\d+$")
+
+
+@dataclass
+class OrphanResult:
+    deleted: list[str] = field(default_factory=list)  # paths (or, in a dry run, would-be deleted)
+    deleted_bytes: int = 0
+    kept_young: int = 0  # unreferenced but younger than the guard
+
+
+def _name(status: FileStatus) -> str:
+    return status.path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _files(file_io: FileIO, directory: str) -> list[FileStatus]:
+    return [s for s in file_io.list_status(directory) if not s.is_dir]
+
+
+def _bucket_dirs(file_io: FileIO, directory: str, depth: int, mtimes: dict[str, int]) -> list[str]:
+    """Bucket directories under `depth` levels of ``key=value`` partition directories (recording
+    every directory's modification time in `mtimes`)."""
+    children = [s for s in file_io.list_status(directory) if s.is_dir]
+    if depth == 0:
+        children = [s for s in children if _name(s).startswith("bucket-")]
+        mtimes.update((s.path, s.mtime_millis) for s in children)
+        return [s.path for s in children]
+    out = []
+    for s in children:
+        if "=" in _name(s):
+            mtimes[s.path] = s.mtime_millis
+            out.extend(_bucket_dirs(file_io, s.path, depth - 1, mtimes))
+    return out
+
+
+def _is_temp(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def candidates(table: Table) -> tuple[list[FileStatus], list[str], dict[str, int]]:
+    """(candidate files, the bucket directories they were listed from, directory mtimes)."""
+    io, root = table.file_io, table.path
+    found: list[FileStatus] = []
+    for sub in ("manifest", "index", "statistics"):
+        found.extend(_files(io, f"{root}/{sub}"))
+    mtimes: dict[str, int] = {}
+    buckets = _bucket_dirs(io, root, len(table.schema.partition_keys), mtimes)
+    for bucket in buckets:
+        found.extend(_files(io, bucket))
+    for s in _files(io, f"{root}/snapshot"):
+        name = _name(s)
+        if not _SNAPSHOT_FILE.match(name) and name not in ("EARLIEST", "LATEST"):
+            found.append(s)
+    for sub in ("tag", "consumer", "schema"):
+        found.extend(s for s in _files(io, f"{root}/{sub}") if _is_temp(_name(s)))
+    return found, buckets, mtimes
+
+
+def used_files(table: Table) -> set[str]:
+    """Names of every file a snapshot or tag references (manifest lists, manifests, index
+    manifests and files, statistics, data files with their extra files, changelog files)."""
+    files = TableFiles(table)
+    manager = table.snapshot_manager
+    snapshots: list[Snapshot] = []
+    for sid in manager._listed_ids():
+        try:
+            snapshots.append(manager.snapshot(sid))
+        except SnapshotNotFoundError:
+            continue
+    snapshots.extend(table.tags.tagged_snapshots())
+    used: set[str] = set()
+    seen_lists: set[str] = set()
+    seen_manifests: set[str] = set()
+    for snap in snapshots:
+        try:
+            used |= files.metadata_names(snap)
+            lists = [snap.base_manifest_list, snap.delta_manifest_list]
+            if snap.changelog_manifest_list:
+                lists.append(snap.changelog_manifest_list)
+                used.add(snap.changelog_manifest_list)
+            for list_name in lists:
+                if list_name in seen_lists:
+                    continue
+                seen_lists.add(list_name)
+                for meta in files.manifest_list(list_name):
+                    used.add(meta.file_name)
+                    if meta.file_name in seen_manifests:
+                        continue
+                    seen_manifests.add(meta.file_name)
+                    for e in files.store.read_manifest(meta.file_name):
+                        if e.kind == FileKind.ADD:
+                            used.add(e.file.file_name)
+                            used.update(e.file.extra_files)
+        except CorruptMetadataError:
+            if manager.exists(snap.id) or snap in table.tags.tagged_snapshots():
+                raise  # a live snapshot with unreadable metadata: never guess, delete nothing
+            continue  # expired while we read it
+    return used
+
+
+def remove_orphan_files(table: Table, older_than_millis: int | None = None,
+                        dry_run: bool = False) -> OrphanResult:
+    """Delete unreferenced files last modified before `older_than_millis` (epoch millis; default
+    now minus one day). Returns what was (or, with `dry_run`, would be) deleted."""
+    now = int(time.time() * 1000)
+    cutoff = now - DEFAULT_OLDER_THAN_MS if older_than_millis is None else older_than_millis
+    if cutoff > now:
+        raise ValueError("older_than must not be in the future: files being written now would be deleted")
+    found, buckets, dir_mtimes = candidates(table)
+    used = used_files(table)
+    result = OrphanResult()
+    for status in found:
+        name = _name(status)
+        if name in used:
+            continue
+        if status.mtime_millis >= cutoff:
+            result.kept_young += 1
+            continue
+        result.deleted.append(status.path)
+        result.deleted_bytes += status.size
+        if not dry_run:
+            table.file_io.delete(status.path)
+    if not dry_run:
+        # empty bucket and partition directories (local disks; rmdir fails if not empty), only
+        # those older than the guard: a writer may have just created a new one for its first file
+        depth = len(table.schema.partition_keys)
+        for bucket in buckets:
+            path = bucket
+            for _ in range(depth + 1):
+                if dir_mtimes.get(path, cutoff) >= cutoff or not try_delete_empty_dir(table.file_io, path):
+                    break
+                path = path.rsplit("/", 1)[0]
+    log.info("table %s: %s %d orphan files (%d bytes); %d unreferenced files younger than the guard kept",
+             table.identifier, "would delete" if dry_run else "deleted", len(result.deleted),
+             result.deleted_bytes, result.kept_young)
+    return result
