@@ -25,13 +25,15 @@ table-health metrics read from table metadata (``strata_table_*``) are served by
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 from strata.errors import CommitConflictError
 
@@ -545,6 +547,65 @@ def orphan_cleanup_finished(table: str, files_deleted: int, bytes_deleted: int, 
     ORPHAN_BYTES.labels(table).inc(bytes_deleted)
     if ok:
         ORPHAN_LAST_SUCCESS.labels(table).set(time.time())
+
+
+class _ExpireOutcome(Protocol):
+    expired: list[int]
+    data_files_deleted: int
+    metadata_files_deleted: int
+
+
+class _OrphanOutcome(Protocol):
+    deleted: list[str]
+    deleted_bytes: int
+
+
+P = ParamSpec("P")
+E = TypeVar("E", bound=_ExpireOutcome)
+OR = TypeVar("OR", bound=_OrphanOutcome)
+
+
+def _table_of(args: Any) -> str:
+    table = args[0] if args else ""
+    return str(getattr(table, "identifier", table))
+
+
+def expiry_run(func: Callable[P, E]) -> Callable[P, E]:
+    """Decorates ``expire_snapshots(table, ...)``: each call is a run (failed if it raises)."""
+
+    @functools.wraps(func)
+    def run(*args: P.args, **kwargs: P.kwargs) -> E:
+        started = time.monotonic()
+        try:
+            result = func(*args, **kwargs)
+        except Exception:
+            expire_finished(_table_of(args), time.monotonic() - started, 0, 0, ok=False)
+            raise
+        expire_finished(_table_of(args), time.monotonic() - started, len(result.expired),
+                        result.data_files_deleted + result.metadata_files_deleted)
+        return result
+
+    return run
+
+
+def orphan_cleanup_run(func: Callable[P, OR]) -> Callable[P, OR]:
+    """Decorates ``remove_orphan_files(table, ..., dry_run=...)``; dry runs are not counted."""
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def run(*args: P.args, **kwargs: P.kwargs) -> OR:
+        dry_run = bool(signature.bind(*args, **kwargs).arguments.get("dry_run", False))
+        try:
+            result = func(*args, **kwargs)
+        except Exception:
+            if not dry_run:
+                orphan_cleanup_finished(_table_of(args), 0, 0, ok=False)
+            raise
+        if not dry_run:
+            orphan_cleanup_finished(_table_of(args), len(result.deleted), result.deleted_bytes)
+        return result
+
+    return run
 
 
 # -- exposure -----------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from prometheus_client.registry import Collector
 
 import strata
 from strata.catalog.base import Catalog
+from strata.errors import SnapshotNotFoundError
 from strata.metrics import DEFAULT_HOST, serve_metrics, write_textfile
 from strata.table.table import Table
 
@@ -102,11 +103,14 @@ def read_table_health(table: Table, now: float | None = None) -> TableHealth:
     if latest is not None:
         health.latest_id, health.latest_time = latest.id, latest.time_millis / 1000
         health.records = latest.total_record_count or 0
-        earliest_id = manager.earliest_id()
-        if earliest_id is not None:
-            health.earliest_id = earliest_id
-            health.earliest_time = (latest if earliest_id == latest.id
-                                    else manager.snapshot(earliest_id)).time_millis / 1000
+        for _ in range(3):  # expiry may delete the earliest snapshot between the two reads
+            earliest_id = manager.earliest_id()
+            try:
+                earliest = latest if earliest_id in (None, latest.id) else manager.snapshot(earliest_id)
+            except SnapshotNotFoundError:
+                continue
+            health.earliest_id, health.earliest_time = earliest.id, earliest.time_millis / 1000
+            break
         buckets: dict[tuple[bytes, int], list[int]] = defaultdict(list)
         files: dict[int, int] = defaultdict(int)
         sizes: dict[int, int] = defaultdict(int)

@@ -28,7 +28,19 @@ Only sum, product, collect, merge_map, last_value and last_non_null_value accept
 for the other functions a retraction is an error unless ``fields.<f>.ignore-retract=true``.
 The merged record is an insert (+I) carrying the last record's sequence number, except with
 ``aggregation.remove-record-on-delete``: a -D resets the row to the -D record's values, and a key
-whose last record is a -D merges to a -D.
+whose last record is a -D merges to a -D. With ``ignore-delete`` retractions are dropped (Paimon
+drops them when writing, for every engine).
+
+Merging in steps (flush, partial compaction) gives the same result as merging all records at
+once for every function on inserts, and for sum and last_value retractions. As in Paimon, whose
+merged record keeps no trace of a retraction, it does not when a retraction meets an empty
+accumulator in one merge and the value it should cancel in a later one (product, collect,
+merge_map, last_non_null_value), nor for rows re-seeded by a -D (remove-record-on-delete).
+
+Differences from a sequential Java fold: floating-point sums and products may differ in the last
+bits (pairwise summation); integer overflow is detected on the result, not on each step; a
+DECIMAL sum/product that overflows becomes null without restarting from the next value; DECIMAL
+products are rounded by Arrow; ``first_value`` on a row re-seeded by a -D keeps the seed.
 """
 
 from __future__ import annotations
@@ -42,7 +54,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from strata.errors import OptionError
-from strata.mergetree.merge_function import DELETE, INSERT, MergeError, MergeFunction, retraction_mask
+from strata.mergetree.merge_function import (
+    DELETE,
+    INSERT,
+    MergeError,
+    MergeFunction,
+    drop_retractions,
+    retraction_mask,
+)
 from strata.mergetree.sequence import (
     KeyGroups,
     SequenceOrder,
@@ -212,8 +231,8 @@ def _sum(spec: FieldAgg, values: pa.Array, groups: KeyGroups, retract: np.ndarra
         x = _filled(values, 0).astype(np.int64)
         if neg.any():
             x = np.where(neg, -x, x)
-        total = np.add.reduceat(x, groups.starts)
-        magnitude = np.add.reduceat(np.abs(x.astype(np.float64)), groups.starts)
+        total = groups.sum(x)
+        magnitude = np.bincount(groups.gid, weights=np.abs(x.astype(np.float64)), minlength=groups.count)
         if (magnitude >= 2.0 ** 62).any():  # int64 may have wrapped: redo exactly
             _check_range(np.add.reduceat(x.astype(object), groups.starts), t, spec)
         else:
@@ -223,7 +242,11 @@ def _sum(spec: FieldAgg, values: pa.Array, groups: KeyGroups, retract: np.ndarra
         x = _filled(values, 0)
         if neg.any():
             x = np.where(neg, -x, x)
-        return pa.array(np.add.reduceat(x, groups.starts), type=t, mask=~has)
+        if x.dtype == np.float64:  # bincount adds in row order, like Java's sequential fold
+            total = np.bincount(groups.gid, weights=x, minlength=groups.count)
+        else:
+            total = np.add.reduceat(x, groups.starts)
+        return pa.array(total, type=t, mask=~has)
     raise MergeError(f"sum of field {spec.field!r} needs a numeric column, not {t}")
 
 
@@ -507,6 +530,7 @@ class AggregateMerge(MergeFunction):
         self.sequence = sequence
         self.sequence_fields = set(sequence.fields) if sequence else set()
         self.remove_on_delete = _flag(self.options, "aggregation.remove-record-on-delete")
+        self.ignore_delete = _flag(self.options, "ignore-delete")  # Paimon drops them at write
         self._specs: dict[str, FieldAgg] = {}
 
     def spec(self, field: str) -> FieldAgg:
@@ -528,7 +552,7 @@ class AggregateMerge(MergeFunction):
         retract = retraction_mask(kinds)
         if self.remove_on_delete:
             retract &= kinds != DELETE
-        if not retract.any():
+        if self.ignore_delete or not retract.any():
             return
         for name in columns:
             if name in self.primary_keys:
@@ -538,6 +562,8 @@ class AggregateMerge(MergeFunction):
                 raise retraction_error(spec)
 
     def merge(self, table: pa.Table, key_names: Sequence[str]) -> pa.Table:
+        if self.ignore_delete:
+            table = drop_retractions(table)
         n = table.num_rows
         if n == 0:
             return table

@@ -24,6 +24,17 @@ As in Paimon, when the first record of a key is a retraction the row starts from
 values. The merged record carries the last record's sequence number; its kind is -D after a
 row removal or when the key had no insert (-U when it had no insert and no -D at all, so that a
 later merge does not take it for a row removal).
+
+Merging in steps gives the same visible rows as merging at once, except where Paimon's own
+result depends on run boundaries: a row re-seeded by a -D (remove-record-on-delete, or a removing
+sequence group) or by a leading retraction, and order-sensitive aggregates (last_non_null_value,
+first_value, listagg...) over group sequences that arrive out of order in different runs.
+
+Not exactly Paimon: with several groups in remove-record-on-sequence-group, a removal does not
+lower the stored sequence of the other groups; first_non_null_value over out-of-order group
+sequences keeps the first non-null value in sequence order (Java may keep an older null); other
+retractable aggregates than sum and last_value are not retracted inside a group (an error tells
+to set ignore-retract).
 """
 
 from __future__ import annotations
@@ -370,11 +381,13 @@ class _GroupMerge:
             older = ~state.forward[rows] & ~retracting[rows]
             older[: len(seeds)] = False
             position = np.where(older, -position, position)
-        gid = g.gid[rows]
-        order = np.lexsort((position, gid))
-        rows = rows[order]
-        values = as_array(column).take(pa.array(rows, type=pa.int64()))
+        if len(seeds) or (position < 0).any():  # else rows are already in (key, arrival) order
+            order = np.lexsort((position, g.gid[rows]))
+            rows, position = rows[order], position[order]
+        column = as_array(column)
+        every_row = not len(seeds) and len(rows) == self.n
+        values = column if every_row else column.take(pa.array(rows, type=pa.int64()))
         retract = retracting[rows]
         if len(seeds):
-            retract = retract & (position[order] != 0)
+            retract = retract & (position != 0)
         return fold(spec, values, g.gid[rows], retract, g.count)

@@ -111,6 +111,12 @@ def tuple_rank(columns: Sequence[pa.ChunkedArray | pa.Array]) -> np.ndarray:
     keys = tuple_sort_keys(columns)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
+    if len(columns) == 1:  # a narrow range needs no sort: the value itself is a rank
+        valid, k = keys
+        if valid.any():
+            low, high = int(k[valid == 1].min()), int(k[valid == 1].max())
+            if high - low < 2**31:
+                return np.where(valid == 1, k - low + 1, 0)
     order = lexsort(keys)
     change = np.zeros(n, dtype=bool)
     for k in keys:
@@ -169,21 +175,44 @@ class KeyGroups:
 
     def first_where(self, mask: np.ndarray) -> np.ndarray:
         """Per group, the first row where mask is set, or -1."""
-        if self.n == 0:
-            return np.zeros(0, dtype=np.int64)
-        idx = np.minimum.reduceat(np.where(mask, np.arange(self.n), self.n), self.starts)
-        return np.where(idx == self.n, -1, idx).astype(np.int64)
+        if mask.all():
+            return self.starts.copy()
+        idx = np.flatnonzero(mask)
+        out = np.full(self.count, -1, dtype=np.int64)
+        if len(idx):
+            g = self.gid[idx]
+            first = np.ones(len(idx), dtype=bool)
+            first[1:] = g[1:] != g[:-1]
+            out[g[first]] = idx[first]
+        return out
 
     def last_where(self, mask: np.ndarray) -> np.ndarray:
         """Per group, the last row where mask is set, or -1."""
-        if self.n == 0:
-            return np.zeros(0, dtype=np.int64)
-        return np.maximum.reduceat(np.where(mask, np.arange(self.n), -1), self.starts).astype(np.int64)
+        if mask.all():
+            return self.ends.copy()
+        idx = np.flatnonzero(mask)
+        out = np.full(self.count, -1, dtype=np.int64)
+        if len(idx):
+            g = self.gid[idx]
+            last = np.ones(len(idx), dtype=bool)
+            last[:-1] = g[1:] != g[:-1]
+            out[g[last]] = idx[last]
+        return out
 
     def any(self, mask: np.ndarray) -> np.ndarray:
-        if self.n == 0:
-            return np.zeros(0, dtype=bool)
-        return np.logical_or.reduceat(mask, self.starts)
+        if mask.all():
+            return np.ones(self.count, dtype=bool)
+        out = np.zeros(self.count, dtype=bool)
+        out[self.gid[mask]] = True
+        return out
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        """Per-group sums of integers (exact while each group's sum fits in int64: the prefix
+        sums wrap around, their differences do not)."""
+        total = np.cumsum(values, dtype=np.int64)
+        before = np.zeros(self.count, dtype=np.int64)
+        before[1:] = total[self.ends[:-1]]
+        return total[self.ends] - before
 
     def cummax(self, values: np.ndarray) -> np.ndarray:
         """Running maximum of non-negative integers, restarting at each group."""

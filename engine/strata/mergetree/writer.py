@@ -190,22 +190,22 @@ class KeyValueBucketWriter(BucketWriter):
         self._absorb(result)
 
     def _absorb(self, result: CompactResult) -> None:
-        """Fold a compaction result into what the next commit reports. Files created and
-        compacted away before any commit saw them are simply deleted."""
-        uncommitted = {f.file_name for f in self.new_files} | {f.file_name for f in self.compacted.after}
+        """Fold a compaction result into what the next commit reports. Outputs of earlier
+        compactions that no commit saw are intermediate: dropped, and deleted unless still in
+        use. New files stay new even once compacted away (as in Java's MergeTreeWriter): the
+        APPEND snapshot must hold every change, for time travel and incremental readers, which
+        skip COMPACT snapshots."""
+        intermediate = {f.file_name for f in self.compacted.after}
         upgraded = {f.file_name for f in result.after}
         for f in result.before:
-            if f.file_name in uncommitted:
-                self.new_files = [n for n in self.new_files if n.file_name != f.file_name]
+            if f.file_name in intermediate:
                 self.compacted.after = [a for a in self.compacted.after if a.file_name != f.file_name]
-                if f.file_name not in upgraded:
+                committed = f.file_name in {b.file_name for b in self.compacted.before}  # an upgrade
+                if f.file_name not in upgraded and not committed:
                     self.file_writer.file_io.delete(f"{self.file_writer.bucket_dir}/{f.file_name}")
             else:
                 self.compacted.before.append(f)
-        for f in result.after:
-            if f.file_name in {n.file_name for n in self.new_files}:
-                continue
-            self.compacted.after.append(f)
+        self.compacted.after.extend(result.after)
         self.compacted.changelog.extend(result.changelog)
 
     def close(self) -> None:

@@ -96,7 +96,8 @@ class FileStoreCommit:
             metrics.commit_duplicate(self.metric_table)
             return CommitResult(skipped_as_duplicate=True)
         entries = [e for m in messages for e in _entries(m, m.new_files, FileKind.ADD)]
-        change = _Change(CommitKind.OVERWRITE, entries, overwrite_partitions=partitions or [])
+        changelog = [e for m in messages for e in _entries(m, m.changelog_files, FileKind.ADD)]
+        change = _Change(CommitKind.OVERWRITE, entries, overwrite_partitions=partitions or [], changelog=changelog)
         return self._commit_changes([change], identifier, properties, None)
 
     def last_committed_identifier(self) -> int | None:

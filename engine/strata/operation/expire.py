@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from strata import metrics
 from strata.errors import CorruptMetadataError, SnapshotNotFoundError
 from strata.format import binary_row
 from strata.fs.file_io import LocalFileIO, strip_scheme
@@ -247,11 +248,13 @@ def try_delete_empty_dir(file_io: object, path: str) -> bool:
 # -- snapshot expiry ------------------------------------------------------------------------------
 
 
+@metrics.expiry_run
 def expire_snapshots(table: Table, retain_min: int | None = None, retain_max: int | None = None,
                      time_retained_ms: int | None = None, max_deletes: int | None = None,
-                     now_millis: int | None = None) -> ExpireResult:
+                     now_millis: int | None = None, latest_id: int | None = None) -> ExpireResult:
     """Expire snapshots by the table's options (``snapshot.num-retained.min/max``,
-    ``snapshot.time-retained``, ``snapshot.expire.limit``), or the given overrides."""
+    ``snapshot.time-retained``, ``snapshot.expire.limit``), or the given overrides. `latest_id`
+    (a snapshot just committed) saves looking the latest up; a stale one only expires less."""
     core = table.core
     retain_min = int(core.get("snapshot.num-retained.min")) if retain_min is None else retain_min
     retain_max = int(core.get("snapshot.num-retained.max")) if retain_max is None else retain_max
@@ -264,7 +267,7 @@ def expire_snapshots(table: Table, retain_min: int | None = None, retain_max: in
                          f"snapshot.num-retained.min ({retain_min})")
     now = int(time.time() * 1000) if now_millis is None else now_millis
     manager = table.snapshot_manager
-    latest = manager.latest_id()
+    latest = manager.latest_id() if latest_id is None else latest_id
     earliest = manager.earliest_id()
     if latest is None or earliest is None:
         return ExpireResult()
@@ -423,3 +426,26 @@ def expire_tags(table: Table, now: dt.datetime | None = None, time_based: bool =
             delete_tag(table, tag.name)
             expired.append(tag.name)
     return expired
+
+
+# -- after every commit -------------------------------------------------------------------------------
+
+
+def maintain_after_commit(table: Table, snapshot_id: int | None = None) -> None:
+    """What a committer does after a successful commit unless the table is ``write-only``, in
+    Paimon's order: tag expiry, partition expiry, consumer expiry, snapshot expiry. A failure is
+    logged, not raised: the commit itself is durable."""
+    if table.core.get("write-only"):
+        return
+    from strata.operation.partition_expire import maybe_expire_partitions
+
+    try:
+        if table.file_io.list_status(table.tags.dir):
+            expire_tags(table)
+        maybe_expire_partitions(table)
+        consumer_expiry = table.core.get("consumer.expiration-time")
+        if consumer_expiry is not None:
+            table.consumers.expire(int(consumer_expiry))
+        expire_snapshots(table, latest_id=snapshot_id)
+    except Exception:
+        log.warning("table %s: maintenance after commit failed", table.identifier, exc_info=True)

@@ -19,10 +19,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from strata import metrics
 from strata.errors import CorruptMetadataError, SnapshotNotFoundError
 from strata.fs import FileIO
 from strata.fs.file_io import FileStatus
-from strata.manifest.manifest_entry import FileKind
+from strata.manifest.manifest_entry import FileKind, merge_entries
 from strata.operation.expire import TableFiles, try_delete_empty_dir
 from strata.snapshot.snapshot import Snapshot
 
@@ -100,37 +101,37 @@ def used_files(table: Table) -> set[str]:
             snapshots.append(manager.snapshot(sid))
         except SnapshotNotFoundError:
             continue
-    snapshots.extend(table.tags.tagged_snapshots())
+    live_ids = {s.id for s in snapshots}
+    # a tag's changelog dies with its snapshot (as in Paimon), so only live snapshots' count
+    tags = [t for t in table.tags.tagged_snapshots() if t.id not in live_ids]
     used: set[str] = set()
-    seen_lists: set[str] = set()
-    seen_manifests: set[str] = set()
-    for snap in snapshots:
+    for snap in [*snapshots, *tags]:
         try:
             used |= files.metadata_names(snap)
-            lists = [snap.base_manifest_list, snap.delta_manifest_list]
-            if snap.changelog_manifest_list:
-                lists.append(snap.changelog_manifest_list)
+            for meta in files.manifest_list(snap.delta_manifest_list):
+                used.add(meta.file_name)
+            # the files live in the snapshot: a name only in a DELETE entry (a file an expired
+            # snapshot had, left over by an interrupted expiry) is not used
+            entries = files.entries(snap.base_manifest_list) + files.entries(snap.delta_manifest_list)
+            for e in merge_entries(entries):
+                if e.kind == FileKind.ADD:
+                    used.add(e.file.file_name)
+                    used.update(e.file.extra_files)
+            if snap.changelog_manifest_list and snap.id in live_ids:
                 used.add(snap.changelog_manifest_list)
-            for list_name in lists:
-                if list_name in seen_lists:
-                    continue
-                seen_lists.add(list_name)
-                for meta in files.manifest_list(list_name):
+                for meta in files.manifest_list(snap.changelog_manifest_list):
                     used.add(meta.file_name)
-                    if meta.file_name in seen_manifests:
-                        continue
-                    seen_manifests.add(meta.file_name)
                     for e in files.store.read_manifest(meta.file_name):
-                        if e.kind == FileKind.ADD:
-                            used.add(e.file.file_name)
-                            used.update(e.file.extra_files)
+                        used.add(e.file.file_name)
+                        used.update(e.file.extra_files)
         except CorruptMetadataError:
-            if manager.exists(snap.id) or snap in table.tags.tagged_snapshots():
-                raise  # a live snapshot with unreadable metadata: never guess, delete nothing
+            if snap.id not in live_ids or manager.exists(snap.id):
+                raise  # a live snapshot or a tag with unreadable metadata: never guess, delete nothing
             continue  # expired while we read it
     return used
 
 
+@metrics.orphan_cleanup_run
 def remove_orphan_files(table: Table, older_than_millis: int | None = None,
                         dry_run: bool = False) -> OrphanResult:
     """Delete unreferenced files last modified before `older_than_millis` (epoch millis; default
@@ -167,3 +168,29 @@ def remove_orphan_files(table: Table, older_than_millis: int | None = None,
              table.identifier, "would delete" if dry_run else "deleted", len(result.deleted),
              result.deleted_bytes, result.kept_young)
     return result
+
+
+def cutoff_millis(older_than: object, now_millis: int | None = None) -> int | None:
+    """The age guard as epoch millis: a datetime (naive = local time), a timedelta or a duration
+    string ('2 h', '1 d': files older than that), a timestamp string ('2024-05-01 12:00:00'), or
+    epoch millis; None: the default (one day)."""
+    import datetime as dt
+
+    from strata.options import parse_duration_ms
+
+    now = int(time.time() * 1000) if now_millis is None else now_millis
+    if older_than is None:
+        return None
+    if isinstance(older_than, dt.datetime):
+        return int(older_than.timestamp() * 1000)
+    if isinstance(older_than, dt.timedelta):
+        return now - int(older_than.total_seconds() * 1000)
+    if isinstance(older_than, (int, float)):
+        return int(older_than)
+    if isinstance(older_than, str):
+        try:
+            return now - parse_duration_ms(older_than)
+        except ValueError:
+            return int(dt.datetime.fromisoformat(older_than.strip()).timestamp() * 1000)
+    raise TypeError(f"older_than must be a datetime, timedelta, duration string or epoch millis, "
+                    f"got {older_than!r}")

@@ -46,7 +46,7 @@ def resolve_target(table: Table, target: int | str) -> tuple[Snapshot, bool]:
     that snapshot expired, a tag of it, as Paimon); a str is a tag name."""
     manager = table.snapshot_manager
     if isinstance(target, str) and not target.isdigit():
-        snapshot = table.tags.get(target)
+        snapshot = table.tags.info(target).snapshot
         return snapshot, manager.exists(snapshot.id)
     sid = int(target)
     try:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
 
@@ -95,7 +95,7 @@ class Move:
         return Move(field_name, MoveType.BEFORE, reference)
 
 
-TypeLike = DataType | str | pa.DataType
+TypeLike: TypeAlias = "DataType | str | pa.DataType"
 
 
 def as_data_type(value: TypeLike) -> DataType:

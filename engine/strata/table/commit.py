@@ -32,8 +32,8 @@ class TableCommit:
     def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
                properties: Mapping[str, str] | None = None, watermark: int | None = None) -> CommitResult:
         self._check_open()
-        return self._with_log(messages, lambda: self._commit.commit(
-            messages, identifier, dict(properties or {}) or None, watermark))
+        return self._maintained(self._with_log(messages, lambda: self._commit.commit(
+            messages, identifier, dict(properties or {}) or None, watermark)))
 
     def overwrite(self, messages: Sequence[CommitMessage], partition: Mapping[str, Any] | None = None,
                   identifier: int = BATCH_COMMIT_IDENTIFIER, dynamic: bool = False,
@@ -49,8 +49,17 @@ class TableCommit:
             targets = sorted({m.partition for m in messages})
             if not targets:
                 return CommitResult()
-        return self._with_log(messages, lambda: self._commit.overwrite(
-            messages, targets, identifier, dict(properties or {}) or None))
+        return self._maintained(self._with_log(messages, lambda: self._commit.overwrite(
+            messages, targets, identifier, dict(properties or {}) or None)))
+
+    def _maintained(self, result: CommitResult) -> CommitResult:
+        """After a commit that published snapshots: tag, partition, consumer and snapshot expiry
+        (``strata.operation.expire.maintain_after_commit``; skipped for write-only tables)."""
+        if result.snapshot_ids:
+            from strata.operation.expire import maintain_after_commit
+
+            maintain_after_commit(self.table, max(result.snapshot_ids))
+        return result
 
     def _with_log(self, messages: Sequence[CommitMessage], run: Callable[[], CommitResult]) -> CommitResult:
         """With a log store (log.system=kafka): the snapshot records the log offsets, and the log

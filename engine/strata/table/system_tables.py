@@ -442,66 +442,39 @@ def _buckets(table: Table, snapshot_id: int | None = None, timestamp_millis: int
 
 def _tags(table: Table) -> list[dict[str, Any]]:
     rows = []
-    for name in table.tags.names():
-        tag = table.tags.get(name)
+    for info in sorted(table.tags.list_all(), key=lambda t: t.name):
+        tag = info.snapshot
         rows.append({
-            "tag_name": name, "snapshot_id": tag.id, "schema_id": tag.schema_id,
+            "tag_name": info.name, "snapshot_id": tag.id, "schema_id": tag.schema_id,
             "commit_time": _local(tag.time_millis), "record_count": tag.total_record_count,
-            "create_time": _parse_local_datetime(tag.extra.get("tagCreateTime")),
-            "time_retained": _duration_string(tag.extra.get("tagTimeRetained")),
+            "create_time": info.create_time, "time_retained": java_duration(info.time_retained_ms),
         })
     return rows
 
 
-def _parse_local_datetime(value: Any) -> dt.datetime | None:
-    """Jackson writes LocalDateTime as an ISO string or as [y, m, d, h, mi, s, nanos]."""
-    if value is None:
+def java_duration(millis: int | None) -> str | None:
+    """Java's Duration.toString: ``PT1H``, ``PT168H``, ``PT1M30S``, ``PT0.5S``."""
+    if millis is None:
         return None
-    if isinstance(value, list) and len(value) >= 3:
-        parts = [int(v) for v in value] + [0] * (7 - len(value))
-        return dt.datetime(*parts[:6], microsecond=parts[6] // 1000)
-    try:
-        return dt.datetime.fromisoformat(str(value))
-    except ValueError:
-        return None
-
-
-def _duration_string(value: Any) -> str | None:
-    """Java's Duration.toString of a retention (seconds as Jackson writes it, or the string)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value
-    total = Decimal(str(value))
-    if total == 0:
+    if millis == 0:
         return "PT0S"
-    sign = "-" if total < 0 else ""
-    total = abs(total)
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
+    sign = "-" if millis < 0 else ""
+    hours, rest = divmod(abs(millis), 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
     text = "PT"
     if hours:
-        text += f"{sign}{int(hours)}H"
+        text += f"{sign}{hours}H"
     if minutes:
-        text += f"{sign}{int(minutes)}M"
-    if seconds:
-        text += f"{sign}{format(seconds.normalize(), 'f')}S"
+        text += f"{sign}{minutes}M"
+    if rest:
+        seconds = format(Decimal(rest) / 1000, "f").rstrip("0").rstrip(".")
+        text += f"{sign}{seconds}S"
     return text
 
 
 def _consumers(table: Table) -> list[dict[str, Any]]:
-    rows = []
-    for status in table.file_io.list_status(f"{table.path}/consumer"):
-        name = status.path.rsplit("/", 1)[-1]
-        if not name.startswith("consumer-") or status.is_dir:
-            continue
-        try:
-            obj = json.loads(table.file_io.read_bytes(status.path))
-            next_snapshot = int(obj["nextSnapshot"])
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            continue  # removed or being rewritten concurrently
-        rows.append({"consumer_id": name[len("consumer-"):], "next_snapshot_id": next_snapshot})
-    return sorted(rows, key=lambda r: r["consumer_id"])
+    return [{"consumer_id": c.consumer_id, "next_snapshot_id": c.next_snapshot}
+            for c in sorted(table.consumers.list_all(), key=lambda c: c.consumer_id)]
 
 
 _BUILDERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
@@ -580,10 +553,12 @@ class SystemTable(Table):
     def _read_only(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise ReadOnlyTableError(f"system table {self.identifier} is read-only")
 
-    # everything that writes, or plans data splits of the data table, is refused
+    # everything that writes, changes the data table, or plans its data splits is refused
     write = delete = new_write = new_commit = compact = alter = _read_only
     scan = new_scan = new_read = read_incremental = system_table = _read_only
     add_column = drop_column = rename_column = update_column_type = set_options = remove_options = _read_only
+    create_tag = delete_tag = expire_tags = rollback_to = expire_snapshots = expire_partitions = _read_only
+    remove_orphan_files = reset_consumer = clear_consumers = _read_only
 
 
 def _as_table_schema(table: Table, key: str, arrow_schema: pa.Schema) -> TableSchema:

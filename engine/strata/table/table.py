@@ -26,7 +26,12 @@ from strata.table.write import TableWrite
 
 if TYPE_CHECKING:
     from strata.catalog.base import Catalog, Identifier
+    from strata.operation.expire import ExpireResult
+    from strata.operation.orphan import OrphanResult
+    from strata.operation.rollback import RollbackResult
     from strata.schema.evolution import SchemaChange
+    from strata.table.consumers import ConsumerManager
+    from strata.table.tags import TagInfo
 
 
 class Table:
@@ -55,6 +60,12 @@ class Table:
         from strata.table.tags import TagManager
 
         return TagManager(self.file_io, self.path)
+
+    @cached_property
+    def consumers(self) -> ConsumerManager:
+        from strata.table.consumers import ConsumerManager
+
+        return ConsumerManager(self.file_io, self.path)
 
     def schema_at(self, schema_id: int) -> TableSchema:
         return self.schema if schema_id == self.schema.id else self.schema_manager.schema(schema_id)
@@ -165,6 +176,72 @@ class Table:
     def snapshots(self) -> list[Snapshot]:
         return list(self.snapshot_manager.snapshots())
 
+    # -- references and maintenance (strata.operation.expire / rollback / orphan / partition_expire) --
+    def create_tag(self, name: str, snapshot_id: int | None = None, time_retained: Any = None,
+                   ignore_if_exists: bool = False) -> Snapshot:
+        """Tag a snapshot (default: the latest); `time_retained` ('7 d', a timedelta or millis)
+        defaults to ``tag.default-time-retained``. ``tag.num-retained-max`` is then enforced."""
+        from strata.operation.expire import create_tag
+
+        return create_tag(self, name, snapshot_id, _millis(time_retained), ignore_if_exists)
+
+    def delete_tag(self, name: str) -> bool:
+        """Delete a tag and the files only it kept alive; False if there is no such tag."""
+        from strata.operation.expire import delete_tag
+
+        return delete_tag(self, name)
+
+    def list_tags(self) -> list[TagInfo]:
+        return list(self.tags.list_all())
+
+    def expire_tags(self) -> list[str]:
+        """Delete tags past their retention, and the oldest beyond ``tag.num-retained-max``."""
+        from strata.operation.expire import expire_tags
+
+        return expire_tags(self)
+
+    def rollback_to(self, target: int | str) -> RollbackResult:
+        """Make a snapshot (by id) or a tag (by name) the latest snapshot again; later snapshots,
+        later tags and the files only they used are deleted. Stop the table's writers first."""
+        from strata.operation.rollback import rollback_to
+
+        return rollback_to(self, target)
+
+    def expire_snapshots(self, retain_min: int | None = None, retain_max: int | None = None,
+                         time_retained: Any = None, max_deletes: int | None = None) -> ExpireResult:
+        """Expire snapshots by ``snapshot.num-retained.min/max``, ``snapshot.time-retained`` and
+        ``snapshot.expire.limit`` (or these overrides), keeping what tags and consumers need.
+        Commits do this automatically unless the table is ``write-only``."""
+        from strata.operation.expire import expire_snapshots
+
+        return expire_snapshots(self, retain_min, retain_max, _millis(time_retained), max_deletes)
+
+    def expire_partitions(self, expiration_time: Any = None, max_expires: int | None = None,
+                          strategy: str | None = None, dry_run: bool = False) -> list[dict[str, Any]]:
+        """Drop partitions older than `expiration_time` (default ``partition.expiration-time``) in
+        one OVERWRITE commit; returns the dropped partitions."""
+        from strata.operation.partition_expire import expire_partitions
+
+        return expire_partitions(self, _millis(expiration_time), max_expires=max_expires,
+                                 strategy=strategy, dry_run=dry_run)
+
+    def remove_orphan_files(self, older_than: Any = None, dry_run: bool = False) -> OrphanResult:
+        """Delete files no snapshot or tag references that are older than `older_than` (a
+        datetime, a timedelta or duration string such as '2 h', epoch millis; default 1 day)."""
+        from strata.operation.orphan import cutoff_millis, remove_orphan_files
+
+        return remove_orphan_files(self, cutoff_millis(older_than), dry_run)
+
+    def reset_consumer(self, consumer_id: str, next_snapshot: int | None = None) -> None:
+        """Move a consumer to `next_snapshot`, or delete it when None."""
+        if next_snapshot is None:
+            self.consumers.delete(consumer_id)
+        else:
+            self.consumers.reset(consumer_id, next_snapshot)
+
+    def clear_consumers(self, including: str = ".*", excluding: str | None = None) -> list[str]:
+        return list(self.consumers.clear(including, excluding))
+
     def system_table(self, name: str, **kwargs: Any) -> pa.Table:
         """A system table of this table as Arrow: 'snapshots', 'schemas', 'options', 'files',
         'manifests', 'partitions', 'buckets', 'tags', 'consumers', 'audit_log', 'ro' (Paimon's
@@ -218,3 +295,18 @@ class Table:
         from strata.schema.evolution import SchemaChange
 
         return self.alter(*(SchemaChange.remove_option(k) for k in keys))
+
+
+def _millis(value: Any) -> int | None:
+    """A duration as millis: None, int millis, a timedelta, or a string such as '7 d' or '2 h'."""
+    import datetime as dt
+
+    from strata.options import parse_duration_ms
+
+    if value is None or isinstance(value, int):
+        return value
+    if isinstance(value, dt.timedelta):
+        return int(value.total_seconds() * 1000)
+    if isinstance(value, str):
+        return parse_duration_ms(value)
+    raise TypeError(f"expected a duration (millis, timedelta or '2 h'), got {value!r}")

@@ -11,6 +11,7 @@ Deleting a tag and cleaning the files only it used is ``strata.operation.expire.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -78,6 +79,12 @@ def duration_from_json(value: Any) -> int | None:
     return round((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
 
 
+def trim_to_snapshot(tag: Snapshot) -> Snapshot:
+    """The snapshot of a tag, without the tag's own fields (Paimon's ``Tag.trimToSnapshot``)."""
+    extra = {k: v for k, v in tag.extra.items() if k not in _TAG_FIELDS}
+    return dataclasses.replace(tag, extra=extra)
+
+
 class TagManager:
     def __init__(self, file_io: FileIO, table_path: str):
         self.file_io = file_io
@@ -104,22 +111,26 @@ class TagManager:
     def exists(self, name: str) -> bool:
         return self.file_io.exists(self.path(name))
 
-    def _read(self, name: str, path: str, mtime: int = 0) -> TagInfo:
+    def _raw(self, name: str, path: str) -> Snapshot:
         try:
             data = self.file_io.read_bytes(path)
         except FileNotFoundError:
             raise SnapshotNotFoundError(f"tag {name!r} does not exist") from None
-        snapshot = Snapshot.from_json(data, where=path)
-        create_time = local_datetime_from_json(snapshot.extra.pop("tagCreateTime", None))
-        retained = duration_from_json(snapshot.extra.pop("tagTimeRetained", None))
-        return TagInfo(name, snapshot, create_time, retained, mtime)
+        return Snapshot.from_json(data, where=path)
+
+    def _read(self, name: str, path: str, mtime: int = 0) -> TagInfo:
+        raw = self._raw(name, path)
+        create_time = local_datetime_from_json(raw.extra.get("tagCreateTime"))
+        retained = duration_from_json(raw.extra.get("tagTimeRetained"))
+        return TagInfo(name, trim_to_snapshot(raw), create_time, retained, mtime)
 
     def info(self, name: str) -> TagInfo:
+        """The tag: its snapshot (without the tag's own fields), create time and retention."""
         return self._read(name, self.path(name))
 
     def get(self, name: str) -> Snapshot:
-        """The tagged snapshot (without the tag's own fields)."""
-        return self.info(name).snapshot
+        """The tag file as a Snapshot; ``extra`` still holds ``tagCreateTime``/``tagTimeRetained``."""
+        return self._raw(name, self.path(name))
 
     def delete(self, name: str) -> None:
         """Delete the tag file only; ``strata.operation.expire.delete_tag`` also cleans files."""

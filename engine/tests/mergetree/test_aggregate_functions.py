@@ -104,6 +104,12 @@ def test_retraction_refused_unless_ignore_retract(function):
     assert merged_v(mf, [1, 1], values, ["+I", "-U"]) == {1: values[0]}
 
 
+def test_ignore_delete_drops_retractions():
+    mf = agg("max", **{"ignore-delete": "true"})
+    mf.check_kinds(np.array([0, 1, 3], dtype=np.int8), ["k", "v"])
+    assert merged_v(mf, [1, 1, 1, 2], [3, 9, 4, 5], ["+I", "-U", "+I", "-D"]) == {1: 4}
+
+
 def test_check_kinds_refuses_at_write_time():
     mf = agg("max")
     with pytest.raises(MergeError, match="max"):

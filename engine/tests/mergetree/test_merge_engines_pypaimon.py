@@ -84,45 +84,52 @@ def sorted_rows(table: pa.Table) -> list[dict]:
     return sorted(table.to_pylist(), key=lambda r: r["id"])
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
-def test_pypaimon_reads_strata_merge_engine_tables(tmp_path, engine):
+def test_pypaimon_reads_strata_merge_engine_tables(tmp_path):
     warehouse = str(tmp_path / "warehouse")
     catalog = strata.load_catalog(warehouse)
     catalog.create_database("db")
-    options = {"bucket": "2", "rowkind.field": "op", "write-buffer-size": "1 kb", "write-only": "true",
-               **ENGINES[engine]}
-    table = catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options=options)
-    data = batches(engine)
-    writer = table.new_write()  # several level-0 runs in one commit
-    writer.write_arrow(data[0])
-    writer.write_arrow(data[1])
-    table.new_commit().commit(writer.prepare_commit())
-    writer.close()
-    table.write(data[2])
-    table.write(data[3])
-    if engine == "first_row":
-        # Paimon hides level 0 of first-row tables (its writers compact at every commit); Strata
-        # reads it, which gives the rows compaction will give
-        before = sorted_rows(table.to_arrow())
-        table.compact(full=True)
-        assert sorted_rows(table.to_arrow()) == before
-    out = tmp_path / "out.arrow"
-    pypaimon(warehouse, [{"op": "read", "table": "db.t", "out": str(out)}])
-    assert sorted_rows(table.to_arrow()) == sorted_rows(load(str(out)))
+    expected, jobs = {}, []
+    for engine, engine_options in ENGINES.items():
+        options = {"bucket": "2", "rowkind.field": "op", "write-buffer-size": "1 kb", "write-only": "true",
+                   **engine_options}
+        table = catalog.create_table(f"db.{engine}", SCHEMA, primary_keys=["id"], options=options)
+        data = batches(engine)
+        writer = table.new_write()  # several level-0 runs in one commit
+        writer.write_arrow(data[0])
+        writer.write_arrow(data[1])
+        table.new_commit().commit(writer.prepare_commit())
+        writer.close()
+        table.write(data[2])
+        table.write(data[3])
+        expected[engine] = sorted_rows(table.to_arrow())
+        if engine == "first_row":
+            # Paimon hides level 0 of first-row tables (its writers compact at every commit);
+            # Strata reads it, which gives the rows compaction will give
+            table.compact(full=True)
+            assert sorted_rows(table.to_arrow()) == expected[engine]
+        jobs.append({"op": "read", "table": f"db.{engine}", "out": str(tmp_path / f"{engine}.arrow")})
+    pypaimon(warehouse, jobs)
+    for engine in ENGINES:
+        assert sorted_rows(load(str(tmp_path / f"{engine}.arrow"))) == expected[engine], engine
 
 
 # pypaimon cannot write retractions into aggregation tables, and hides (uncompacted) level 0 of
 # first-row tables
-@pytest.mark.parametrize("engine", sorted(set(ENGINES) - {"agg_retract", "first_row"}))
-def test_strata_reads_pypaimon_merge_engine_tables(tmp_path, engine):
+PYPAIMON_WRITES = sorted(set(ENGINES) - {"agg_retract", "first_row"})
+
+
+def test_strata_reads_pypaimon_merge_engine_tables(tmp_path):
     warehouse = str(tmp_path / "warehouse")
-    inputs = [save(b, tmp_path / f"in{i}.arrow") for i, b in enumerate(batches(engine))]
-    options = {"bucket": "2", "rowkind.field": "op", **ENGINES[engine]}
-    out = tmp_path / "out.arrow"
-    pypaimon(warehouse, [
-        {"op": "create", "table": "db.t", "schema": inputs[0], "primary_keys": ["id"], "options": options},
-        *({"op": "write", "table": "db.t", "data": path} for path in inputs),
-        {"op": "read", "table": "db.t", "out": str(out)},
-    ])
-    table = strata.load_catalog(warehouse).get_table("db.t")
-    assert sorted_rows(table.to_arrow()) == sorted_rows(load(str(out)))
+    jobs: list[dict] = []
+    for engine in PYPAIMON_WRITES:
+        inputs = [save(b, tmp_path / f"{engine}-{i}.arrow") for i, b in enumerate(batches(engine))]
+        options = {"bucket": "2", "rowkind.field": "op", **ENGINES[engine]}
+        jobs += [{"op": "create", "table": f"db.{engine}", "schema": inputs[0], "primary_keys": ["id"],
+                  "options": options},
+                 *({"op": "write", "table": f"db.{engine}", "data": path} for path in inputs),
+                 {"op": "read", "table": f"db.{engine}", "out": str(tmp_path / f"{engine}.arrow")}]
+    pypaimon(warehouse, jobs)
+    catalog = strata.load_catalog(warehouse)
+    for engine in PYPAIMON_WRITES:
+        table = catalog.get_table(f"db.{engine}")
+        assert sorted_rows(table.to_arrow()) == sorted_rows(load(str(tmp_path / f"{engine}.arrow"))), engine

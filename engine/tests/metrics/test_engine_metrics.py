@@ -233,6 +233,43 @@ def test_a_scan_counts_files_scanned_and_pruned(catalog: strata.Catalog) -> None
     assert d("strata_scan_manifests_read_total", **t) + d("strata_scan_manifests_skipped_total", **t) >= 1
 
 
+# -- maintenance ---------------------------------------------------------------------------------------
+def test_snapshot_expiry_after_commits_is_counted(catalog: strata.Catalog) -> None:
+    table = pk_table(catalog, "expiry", **{"snapshot.num-retained.min": "2", "snapshot.num-retained.max": "3"})
+    d = Delta()
+    for i in range(6):
+        table.write(rows(range(i, i + 5), v=i))
+    t = {"table": "m.expiry"}
+    earliest = table.snapshot_manager.earliest_id()
+    assert earliest is not None and earliest > 1
+    assert d("strata_expire_snapshots_deleted_total", **t) == earliest - 1
+    assert d("strata_expire_files_deleted_total", **t) > 0
+    assert d("strata_expire_runs_total", result="success", **t) == 6  # one run after each commit
+    assert d("strata_expire_duration_seconds_count", **t) == 6
+    assert value("strata_expire_last_success_timestamp_seconds", **t) > 1.7e9
+
+
+def test_orphan_cleanup_is_counted_but_not_its_dry_runs(catalog: strata.Catalog) -> None:
+    import datetime as dt
+    import os
+
+    table = pk_table(catalog, "orphans", **{"bucket": "1"})
+    table.write(rows(range(10)))
+    bucket_dir = Path(table.path) / "bucket-0"
+    stray = bucket_dir / "data-stray-0.parquet"
+    stray.write_bytes(b"x" * 1234)
+    os.utime(stray, (1_000_000_000, 1_000_000_000))  # long ago: past the age guard
+    d = Delta()
+    assert len(table.remove_orphan_files(older_than=dt.timedelta(hours=1), dry_run=True).deleted) == 1
+    assert d("strata_orphan_cleanup_runs_total", table="m.orphans", result="success") == 0
+    result = table.remove_orphan_files(older_than=dt.timedelta(hours=1))
+    assert [Path(p).name for p in result.deleted] == ["data-stray-0.parquet"]
+    assert d("strata_orphan_cleanup_runs_total", table="m.orphans", result="success") == 1
+    assert d("strata_orphan_files_deleted_total", table="m.orphans") == 1
+    assert d("strata_orphan_bytes_deleted_total", table="m.orphans") == 1234
+    assert value("strata_orphan_cleanup_last_success_timestamp_seconds", table="m.orphans") > 1.7e9
+
+
 # -- pending components: the helpers they call -------------------------------------------------------
 def test_log_store_spark_sink_and_maintenance_helpers() -> None:
     d = Delta()

@@ -3,6 +3,7 @@ filters and pruning, time travel, incremental reads, overwrites, file rolling an
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pyarrow as pa
@@ -11,6 +12,7 @@ from table_helpers import ALL_TYPES, all_types_table, live_files, rows, sample_v
 
 import strata
 from strata import col
+from strata.operation.commit import key_decoder
 
 KV_SCHEMA = pa.schema([("id", pa.int64()), ("dt", pa.string()), ("v", pa.string()), ("n", pa.int32())])
 
@@ -118,10 +120,18 @@ def test_write_buffer_flushes_many_level0_files_and_reads_merge(catalog):
     assert {r["id"]: r["v"] for r in rows(pa.Table.from_batches(list(table.to_batches())))} == expected
 
 
-def test_target_file_size_rolls_files(catalog):
+@pytest.fixture
+def small_roll_checks(monkeypatch):
+    """Check the file size every 1024 rows (not every 128K) so small data rolls files."""
+    from strata.io import data_file_writer
+
+    monkeypatch.setattr(data_file_writer, "ROLL_CHECK_ROWS", 1024)
+
+
+def test_target_file_size_rolls_files(catalog, small_roll_checks):
     table = catalog.create_table("db.big", pa.schema([("id", pa.int64()), ("s", pa.string())]),
-                                 options={"target-file-size": "64 kb"})
-    n = 200_000
+                                 options={"target-file-size": "16 kb"})
+    n = 30_000
     data = pa.table({"id": pa.array(range(n), pa.int64()), "s": pa.array([f"x{i}" for i in range(n)])})
     table.write(data)
     files = live_files(table)
@@ -131,17 +141,21 @@ def test_target_file_size_rolls_files(catalog):
     assert got.num_rows == n and got.column("id").to_pylist() == list(range(n))
 
 
-def test_target_file_size_rolls_pk_files_without_key_overlap(catalog):
-    table = pk_table(catalog, options={"target-file-size": "64 kb"})
-    table.write(kv_rows(range(150_000)))
+def test_target_file_size_rolls_pk_files_without_key_overlap(catalog, small_roll_checks):
+    table = pk_table(catalog, options={"target-file-size": "16 kb", "write-only": "true"})
+    table.write(kv_rows(range(30_000)))
     files = live_files(table)
-    assert len(files) >= 2
-    # rolled files of one flush must cover disjoint key ranges (one sorted run)
-    table.write(kv_rows(range(70_000, 70_010), tag="w"))
-    got = table.to_arrow(filter=col("id").between(69_995, 70_015))
+    assert len(files) >= 3
+    assert sum(f.row_count for f in files) == 30_000
+    # rolled files of one flush cover disjoint key ranges (one sorted run)
+    decode = key_decoder(table.schema)
+    ranges = sorted((decode(f.min_key), decode(f.max_key)) for f in files)
+    assert all(prev[1] < cur[0] for prev, cur in itertools.pairwise(ranges))
+    table.write(kv_rows(range(7_000, 7_010), tag="w"))
+    got = table.to_arrow(filter=col("id").between(6_995, 7_015))
     assert {r["id"]: r["v"] for r in rows(got)} == {
-        i: ("w" if 70_000 <= i < 70_010 else "v") + str(i) for i in range(69_995, 70_016)}
-    assert table.to_arrow().num_rows == 150_000
+        i: ("w" if 7_000 <= i < 7_010 else "v") + str(i) for i in range(6_995, 7_016)}
+    assert table.to_arrow().num_rows == 30_000
 
 
 # -- append tables ------------------------------------------------------------------------------
@@ -592,3 +606,25 @@ def test_partition_filter_with_compaction_spanning_partitions(catalog):
         assert got.to_pylist() == kv_rows([0], part, tag="w").to_pylist()
         plan = table.new_scan(col("dt") == part).plan()
         assert plan.stats.files_skipped > 0
+
+
+def test_files_compacted_before_commit_still_reach_the_append_snapshot(catalog):
+    """A writer that compacts its own new level-0 files before committing must still report
+    them as new (Java's MergeTreeWriter drops only intermediate compaction outputs): otherwise
+    the APPEND snapshot misses rows and incremental readers, which skip COMPACT snapshots, lose
+    those changes for good."""
+    table = pk_table(catalog, buckets=1, options={"num-sorted-run.compaction-trigger": "2"})
+    table.write(kv_rows(range(10)))
+    writer = table.new_write()
+    writer.write_arrow(kv_rows([1, 2], tag="w"))
+    writer.delete(kv_rows([3]))
+    writer.compact(full=True)  # compacts the fresh level-0 file before any commit saw it
+    result = table.new_commit().commit(writer.prepare_commit())
+    writer.close()
+    expected = {i: ("w" if i in (1, 2) else "v") + str(i) for i in range(10) if i != 3}
+    kinds = [table.snapshot_manager.snapshot(s).commit_kind for s in result.snapshot_ids]
+    assert kinds == ["APPEND", "COMPACT"]
+    for sid in result.snapshot_ids:
+        assert {r["id"]: r["v"] for r in rows(table.to_arrow(snapshot_id=sid))} == expected
+    changes = table.read_incremental(1, table.latest_snapshot().id)
+    assert sorted((r["_ROW_KIND"], r["id"]) for r in changes.to_pylist()) == [("+I", 1), ("+I", 2), ("-D", 3)]
