@@ -261,8 +261,9 @@ def test_exporter_serves_table_health_from_metadata(prometheus: PrometheusServic
 # -- the live check: every dashboard query returns data ------------------------------------------------
 class Workload(threading.Thread):
     """Real engine work on three tables until stopped: a streaming PK writer with background
-    compaction and spills, a partitioned append table compacted now and then, a write-only PK table
-    with a dedicated compaction job; reads with filters; one conflict and one replay."""
+    compaction and spills; a partitioned append table compacted now and then, whose snapshots expire
+    after each commit; a write-only PK table with a dedicated compaction job and an orphan file
+    cleanup; reads with filters; one conflict and one replay."""
 
     def __init__(self, catalog: strata.Catalog, db: str):
         super().__init__(daemon=True, name="observability-workload")
@@ -282,7 +283,8 @@ class Workload(threading.Thread):
         orders = catalog.create_table(f"{db}.orders", PK_SCHEMA, primary_keys=["id"], options={
             "bucket": "2", "num-sorted-run.compaction-trigger": "2", "num-sorted-run.stop-trigger": "2",
             "write-buffer-size": "8 kb"})
-        events = catalog.create_table(f"{db}.events", EVENT_SCHEMA, partition_keys=["day"])
+        events = catalog.create_table(f"{db}.events", EVENT_SCHEMA, partition_keys=["day"], options={
+            "snapshot.num-retained.min": "3", "snapshot.num-retained.max": "6"})
         rollup = catalog.create_table(f"{db}.rollup", PK_SCHEMA, primary_keys=["id"],
                                       options={"bucket": "1", "write-only": "true"})
         (Path(orders.path) / "consumer").mkdir(parents=True, exist_ok=True)
@@ -306,6 +308,8 @@ class Workload(threading.Thread):
                 if i % 4 == 3:
                     rollup.compact()
                     events.compact()
+                if i == 2:
+                    rollup.remove_orphan_files(older_than="1 h")
                 orders.to_arrow(filter=strata.col("id") < 500)
                 events.to_arrow(filter=strata.col("day") == days[i % 3])
                 self.iterations += 1
@@ -334,9 +338,11 @@ def _rows(ids: range, value: int = 0) -> pa.Table:
 
 
 def _pending_components(table: strata.Table, rows: int, seconds: float, i: int) -> None:
-    """Stand-in for the components that do not call strata.metrics yet (the Kafka log store
-    records into its own counters, the Spark sink and expiry are being written): records what they
-    will record, through the same helpers, with the measurements of this real commit."""
+    """Stand-in for what this test does not run: the Kafka log store (it calls log_produced,
+    log_transaction and log_hybrid_fallback when log.system=kafka, but this test has no broker),
+    log consumers (nothing reports their lag yet) and the Spark sink (it does not call
+    spark_sink_batch yet). Records what they record, through the same helpers, with the
+    measurements of this real commit, so their panels are checked too."""
     name = str(table.identifier)
     metrics.spark_sink_batch(name, rows, seconds, "duplicate" if i % 10 == 9 else "committed")
     metrics.log_produced(name, rows, seconds / 4)
@@ -345,8 +351,6 @@ def _pending_components(table: strata.Table, rows: int, seconds: float, i: int) 
         metrics.log_consumer_lag(name, bucket, (i * 37 + bucket * 11) % 500)
     if i == 0:
         metrics.log_hybrid_fallback(name)
-        metrics.expire_finished(name, 0.05, snapshots_deleted=0, files_deleted=0)
-        metrics.orphan_cleanup_finished(name, files_deleted=0, bytes_deleted=0)
 
 
 def finite(result: list[dict[str, Any]]) -> bool:
@@ -453,6 +457,8 @@ def test_every_dashboard_query_returns_data(prometheus: PrometheusService, tmp_p
         assert total(f'strata_compactions_total{{table=~"{tables}",result="success"}}') >= 3
         assert total(f'strata_write_flushes_total{{table="{db}.orders",reason="spill"}}') >= 1
         assert total(f'strata_table_records{{table="{db}.batch"}}') == 10
+        assert total(f'strata_expire_snapshots_deleted_total{{table="{db}.events"}}') >= 1
+        assert total(f'strata_orphan_cleanup_runs_total{{table="{db}.rollup",result="success"}}') == 1
 
         # every alert expression evaluates on this Prometheus, and every metric it names exists
         expressions = rule_expressions()

@@ -35,7 +35,7 @@ def run_pypaimon(script: str, *args: str, timeout: float = 300) -> str:
     """Run `script` under pypaimon's interpreter; return its stdout, raise with stderr on failure."""
     python = ensure_venv()
     proc = subprocess.run([str(python), "-c", textwrap.dedent(script), *args],
-                          capture_output=True, text=True, timeout=timeout)
+                          check=False, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"pypaimon script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return proc.stdout

@@ -301,6 +301,9 @@ def build(image: Image, force: bool = False) -> BuildResult:
             raise ServiceError(f"building {image.tag} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     finally:
         shutil.rmtree(ctx, ignore_errors=True)
+    # the image this build replaced is now untagged: drop it (only ours carry the label)
+    subprocess.run([docker_cli(), "image", "prune", "-f", "--filter", f"label={LABEL}"], env=docker_env(),
+                   capture_output=True, text=True, timeout=600, check=False)
     return BuildResult(image.name, image.tag, True, time.monotonic() - began, image_size(image.tag))
 
 

@@ -381,11 +381,12 @@ class _GroupMerge:
             older = ~state.forward[rows] & ~retracting[rows]
             older[: len(seeds)] = False
             position = np.where(older, -position, position)
-        if len(seeds) or (position < 0).any():  # else rows are already in (key, arrival) order
+        reorder = len(seeds) > 0 or bool((position < 0).any())  # else rows are in (key, arrival) order
+        if reorder:
             order = np.lexsort((position, g.gid[rows]))
             rows, position = rows[order], position[order]
         column = as_array(column)
-        every_row = not len(seeds) and len(rows) == self.n
+        every_row = not reorder and len(rows) == self.n
         values = column if every_row else column.take(pa.array(rows, type=pa.int64()))
         retract = retracting[rows]
         if len(seeds):

@@ -103,12 +103,12 @@ class StrataDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         from strata.spark.writer import StrataBatchWriter
 
-        return StrataBatchWriter(self.ref, self.settings, overwrite)
+        return StrataBatchWriter(self.ref, self.settings, overwrite, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         from strata.spark.writer import StrataStreamWriter
 
-        return StrataStreamWriter(self.ref, self.settings, overwrite)
+        return StrataStreamWriter(self.ref, self.settings, overwrite, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from strata.spark.stream import StrataStreamReader

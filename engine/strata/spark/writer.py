@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
 
 from strata.errors import OptionError
 from strata.format import binary_row
@@ -164,6 +165,20 @@ def committed_since(table: Table, commit_user: str, after_snapshot: int, identif
     return False
 
 
+def check_columns(names: Sequence[str], table: Table) -> None:
+    """Fail on the driver, before any task runs, when the DataFrame's columns do not match."""
+    lowered = {n.lower() for n in names}
+    missing = [n for n in table.schema.field_names if n not in names and n.lower() not in lowered]
+    known = {n.lower() for n in table.schema.field_names} | {ROW_KIND_COLUMN.lower()}
+    unknown = [n for n in names if n.lower() not in known]
+    if missing or unknown:
+        raise OptionError(f"the DataFrame written to {table.identifier} "
+                          + (f"lacks column(s) {missing}" if missing else "")
+                          + (" and " if missing and unknown else "")
+                          + (f"has column(s) {unknown} the table does not have" if unknown else "")
+                          + f"; the table's columns are {table.schema.field_names}")
+
+
 def _check_log_store(table: Table) -> None:
     """A transactional Kafka log store commits its transaction in the process that wrote the
     records; Spark writes on executors and commits on the driver."""
@@ -179,7 +194,7 @@ class _Committer:
     """Settings shared by the batch and streaming writers (created on the driver, pickled to
     the executors and to the driver-side commit worker)."""
 
-    def __init__(self, ref: TableRef, settings: dict[str, str], overwrite: bool):
+    def __init__(self, ref: TableRef, settings: dict[str, str], overwrite: bool, schema: StructType | None = None):
         self.ref = ref
         self.settings = settings
         self.overwrite = overwrite
@@ -197,6 +212,8 @@ class _Committer:
         table = ref.load()
         self.base_snapshot = table.snapshot_manager.latest_id() or 0
         _check_log_store(table)
+        if schema is not None:
+            check_columns(schema.fieldNames(), table)
 
     def _typed_partition(self, table: Table) -> dict[str, Any] | None:
         """'dt=2024-01-01,h=3' as the partition columns' own Python values."""
@@ -228,8 +245,8 @@ class StrataBatchWriter(_Committer, DataSourceArrowWriter):
     ``overwrite-mode=dynamic``, the partitions the data touches. Idempotent batch writes (as
     Delta's txnAppId/txnVersion): options ``commit-user`` + ``commit-identifier``."""
 
-    def __init__(self, ref: TableRef, settings: dict[str, str], overwrite: bool):
-        super().__init__(ref, settings, overwrite)
+    def __init__(self, ref: TableRef, settings: dict[str, str], overwrite: bool, schema: StructType | None = None):
+        super().__init__(ref, settings, overwrite, schema)
         import uuid
 
         self.identifier = get_int(settings, "commit-identifier")
@@ -262,8 +279,8 @@ class StrataStreamWriter(_Committer, DataSourceStreamArrowWriter):
     """``df.writeStream.format("strata")``: one snapshot per micro-batch, exactly once.
     ``outputMode("complete")`` overwrites the table with each batch."""
 
-    def __init__(self, ref: TableRef, settings: dict[str, str], overwrite: bool):
-        super().__init__(ref, settings, overwrite)
+    def __init__(self, ref: TableRef, settings: dict[str, str], overwrite: bool, schema: StructType | None = None):
+        super().__init__(ref, settings, overwrite, schema)
         user = settings.get("commit-user")
         if not user:
             location = settings.get("checkpointlocation")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -18,7 +18,8 @@ tags           the tags, by name
 consumers      the consumers (``consumer/consumer-<id>``) and the next snapshot each will read
 audit_log      the table's rows with a leading ``rowkind`` (+I/-U/+U/-D): for primary-key tables
                the merged records of every key including deletes not yet compacted away (Paimon
-               reads the table with ``forceKeepDelete``); append tables are all +I
+               reads the table with ``forceKeepDelete``); append tables are all +I. With
+               ``incremental_between=(start, end)``: every record of those snapshots' changes
 ro             read-optimized: primary-key tables read only their top (fully compacted) level
 =============  ===================================================================================
 
@@ -146,10 +147,15 @@ def system_table_schema(table: Table, name: str) -> pa.Schema:
 
 def read_system_table(table: Table, name: str, columns: Sequence[str] | None = None,
                       filter: Predicate | None = None, snapshot_id: int | None = None,
-                      timestamp_millis: int | None = None, tag: str | None = None) -> pa.Table:
+                      timestamp_millis: int | None = None, tag: str | None = None,
+                      incremental_between: tuple[int, int] | None = None) -> pa.Table:
     """The rows of system table `name` of `table` (optionally projected and filtered); the
-    snapshot options pick what files/manifests/partitions/buckets/audit_log/ro describe."""
+    snapshot options pick what files/manifests/partitions/buckets/audit_log/ro describe.
+    `incremental_between=(start, end)` (audit_log only, Paimon's ``incremental-between``): the
+    changes of snapshots (start, end] with their row kinds instead of the table's state."""
     key = _check_name(table, name)
+    if incremental_between is not None and key != "audit_log":
+        raise ValueError(f"system table {key!r} does not take incremental_between (only audit_log does)")
     schema = system_table_schema(table, key)
     for column in columns or ():
         if column not in schema.names:
@@ -158,7 +164,11 @@ def read_system_table(table: Table, name: str, columns: Sequence[str] | None = N
     at: dict[str, Any] = {"snapshot_id": snapshot_id, "timestamp_millis": timestamp_millis, "tag": tag}
     if key == "ro":
         return table.to_arrow(columns, filter, read_optimized=True, **at)
-    if key == "audit_log":
+    if key == "audit_log" and incremental_between is not None:
+        start, end = incremental_between
+        changes = table.read_incremental(start, end)
+        data = pa.Table.from_arrays(changes.columns, schema=schema)
+    elif key == "audit_log":
         data = _audit_log(table, filter, **at)
     else:
         if key in ("snapshots", "schemas", "options", "tags", "consumers") and any(v is not None for v in at.values()):

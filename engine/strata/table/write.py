@@ -74,6 +74,11 @@ class TableWrite:
         """Write rows; `row_kind` gives per-row (or one) kind: '+I', '-U', '+U', '-D' or 0..3."""
         if self.closed:
             raise WriterClosedError(f"writer of {self.where} is closed")
+        if self.schema.primary_keys and self.num_buckets < 1:
+            # dynamic/postpone tables (created by other engines) place keys through a hash index
+            # Strata does not maintain: writing bucket-0 blindly would duplicate keys
+            raise NotImplementedError(f"writing to {self.where} with bucket={self.num_buckets} "
+                                      "(dynamic or postpone bucket mode) is not supported")
         table = to_arrow_table(data)
         kinds = row_kinds(table, row_kind, self.core.get_str("rowkind.field"), self.where)
         if kinds is not None and not self.schema.primary_keys and (kinds != 0).any():

@@ -134,6 +134,9 @@ def test_group_retraction_of_aggregates():
            lv=["a", "b", "x", "c", "c"])
     out = {r["k"]: (r["g"], r["s"], r["lv"], r["_kind"]) for r in rows(merge(mf, t))}
     assert out == {1: (2, 12, None, "+I"), 2: (2, 0, None, "+I")}
+    # an older insert after a newer retraction is still summed (on the left of the accumulator)
+    t = kv([1, 1, 1], ["+I", "-U", "+I"], g=[0, 1, 0], s=[None, None, 1], lv=[None, None, "z"])
+    assert [(r["g"], r["s"], r["lv"]) for r in rows(merge(mf, t))] == [(1, 1, None)]
     mf = partial(**{"fields.g.sequence-group": "v", "fields.v.aggregate-function": "max"})
     with pytest.raises(MergeError, match="ignore-retract"):
         merge(mf, kv([1, 1], ["+I", "-D"], g=[1, 2], v=[1, 1]))

@@ -384,3 +384,18 @@ def test_jdbc_catalog_alter(tmp_path: Path) -> None:
         catalog.alter_table("db.t", [SchemaChange.drop_column("id")])
     with pytest.raises(SchemaChangeError, match="read-only"):
         catalog.alter_table("db.t$snapshots", [SchemaChange.drop_column("a")])
+
+
+def test_options_of_other_engines_are_kept(catalog: strata.Catalog, pk: strata.Table) -> None:
+    """A table another Paimon engine created may carry options Strata does not know: altering it keeps
+    them (only options being set are validated)."""
+    path = Path(f"{pk.path}/schema/schema-1")
+    obj = _schema_file(pk, 0)
+    obj["id"] = 1
+    obj["options"]["changelog-producer.lookup-wait"] = "false"
+    path.write_text(json.dumps(obj))
+    t = catalog.alter_table("db.pk", [SchemaChange.add_column("z", "INT")])
+    assert t is not None and t.schema.id == 2
+    assert t.options["changelog-producer.lookup-wait"] == "false"
+    with pytest.raises(OptionError, match=r"unknown option 'changelog-producer\.lookup-wait'"):
+        t.set_options(**{"changelog-producer.lookup-wait": "true"})

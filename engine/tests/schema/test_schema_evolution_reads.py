@@ -277,3 +277,35 @@ def test_widened_column_filters_and_stats(catalog: strata.Catalog) -> None:
     assert sorted(t.to_arrow(columns=["id"], filter=col("v") < 3).column("id").to_pylist()) == [0, 1, 2]
     assert t.to_arrow(columns=["f"], filter=col("id") == 2).column("f").to_pylist() == [0.5]
     assert t.to_arrow(columns=["id"], filter=col("f") > 1e200).column("id").to_pylist() == [100]
+
+
+def test_more_widenings_read_and_filter(catalog: strata.Catalog) -> None:
+    import datetime as dt
+    from dataclasses import replace
+
+    from strata.schema.table_schema import schema_from_arrow
+    from strata.schema.types import DataType
+
+    arrow = pa.schema([("id", pa.int64()), ("t", pa.int8()), ("ts", pa.timestamp("ms")), ("s", pa.string()),
+                       ("bin", pa.binary())])
+    base = schema_from_arrow(arrow, primary_keys=["id"], options={"bucket": "1"})
+    types = {"ts": "TIMESTAMP(3)", "s": "VARCHAR(5)", "bin": "VARBINARY(4)"}
+    fields = [replace(f, type=DataType.parse(types[f.name])) if f.name in types else f for f in base.fields]
+    t = catalog.create_table("db.more", replace(base, fields=fields))
+    t0 = dt.datetime(2024, 1, 1, 12, 0, 0, 123000)
+    t.write(pa.table({"id": pa.array([1, 2], pa.int64()), "t": pa.array([-5, 7], pa.int8()),
+                      "ts": pa.array([t0, t0 + dt.timedelta(days=1)], pa.timestamp("ms")), "s": ["abc", "de"],
+                      "bin": [b"\x01\x02", b"\x03"]}))
+    t = t.alter(SchemaChange.update_column_type("t", "BIGINT"), SchemaChange.update_column_type("ts", "TIMESTAMP(6)"),
+                SchemaChange.update_column_type("s", "STRING"), SchemaChange.update_column_type("bin", "BYTES"))
+    t.write(pa.table({"id": pa.array([3], pa.int64()), "t": pa.array([2**40]), "ts": pa.array(
+        [t0 + dt.timedelta(microseconds=7)], pa.timestamp("us")), "s": ["a much longer string"], "bin": [b"\xff" * 9]}))
+    data = t.to_arrow().sort_by("id")
+    assert data.schema.field("t").type == pa.int64() and data.schema.field("ts").type == pa.timestamp("us")
+    assert data.column("t").to_pylist() == [-5, 7, 2**40]
+    assert data.column("ts").to_pylist() == [t0, t0 + dt.timedelta(days=1), t0 + dt.timedelta(microseconds=7)]
+    assert data.column("s").to_pylist() == ["abc", "de", "a much longer string"]
+    assert data.column("bin").to_pylist() == [b"\x01\x02", b"\x03", b"\xff" * 9]
+    assert t.to_arrow(columns=["id"], filter=col("t") < 0).column("id").to_pylist() == [1]
+    assert sorted(t.to_arrow(columns=["id"], filter=col("ts") > t0).column("id").to_pylist()) == [2, 3]
+    assert t.to_arrow(columns=["id"], filter=col("s") == "de").column("id").to_pylist() == [2]

@@ -83,13 +83,14 @@ def _build(catalog: strata.Catalog, name: str, primary_keys: list[str] | None) -
         "n1": pa.array([i if i % 3 else None for i in ids], pa.int32()), "name": [f"name{i}" for i in ids],
         "c": pa.array([i + 0.125 for i in ids]), "d": pa.array([Decimal(10**9 + i) for i in ids], pa.decimal128(14, 2)),
         "e": [f"e{i}" for i in ids], "s": [f"long-s-{i}" for i in ids]}, schema=t.schema.arrow_schema()))
-    # v3: drop e
-    t = t.drop_column("e")
+    # v3: drop e, and add a new e (a new field id: the old values stay gone)
+    t = t.alter(SchemaChange.drop_column("e"), SchemaChange.add_column("e", "STRING"))
     ids = range(20, 28)
     t.write(pa.table({
         "id": pa.array(ids, pa.int64()), "dt": [f"p{i % 2}" for i in ids], "a": pa.array([-i for i in ids]),
         "n1": pa.array(ids, pa.int32()), "name": [f"v3-{i}" for i in ids], "c": pa.array([None] * 8, pa.float64()),
-        "d": pa.array([Decimal(i) for i in ids], pa.decimal128(14, 2)), "s": [f"v3s{i}" for i in ids]},
+        "d": pa.array([Decimal(i) for i in ids], pa.decimal128(14, 2)), "s": [f"v3s{i}" for i in ids],
+        "e": [f"new-e{i}" if i % 2 else None for i in ids]},
         schema=t.schema.arrow_schema()))
     final = catalog.get_table(name)
     assert final.schema.id == 2
@@ -127,6 +128,9 @@ CASES: list[tuple[list[str] | None, list[Any] | None, Any]] = [
     (None, ["d", "greater_than", {"decimal": "1000"}], col("d") > Decimal(1000)),
     (None, ["c", "less_than", 3.0], col("c") < 3.0),
     (None, ["s", "equal", "long-s-9"], col("s") == "long-s-9"),
+    (None, ["e", "is_null", None], col("e").is_null()),
+    (None, ["e", "equal", "new-e21"], col("e") == "new-e21"),
+    (None, ["e", "equal", "e3"], col("e") == "e3"),  # a value of the dropped e: no row
 ]
 
 

@@ -316,3 +316,16 @@ def test_value_formatting() -> None:
     assert java_duration(90_500) == "PT1M30.5S"
     assert java_duration(7 * 24 * 3_600_000) == "PT168H"
     assert java_duration(0) == "PT0S"
+
+
+def test_audit_log_incremental(pk: strata.Table) -> None:
+    """incremental_between=(start, end): the changes of those snapshots, every record with its kind."""
+    changes = pk.system_table("audit_log", incremental_between=(1, 3))
+    assert changes.column_names[0] == "rowkind"
+    assert sorted(zip(changes.column("rowkind").to_pylist(), changes.column("id").to_pylist(), strict=True)) == \
+        [("+U", 1), ("+U", 2), ("+U", 3), ("-D", 4), ("-D", 5)]
+    assert changes.drop_columns(["rowkind"]).equals(pk.read_incremental(1, 3).drop_columns(["_ROW_KIND"]))
+    everything = pk.system_table("audit_log", incremental_between=(0, 3))
+    assert everything.num_rows == 15
+    with pytest.raises(ValueError, match="incremental_between"):
+        pk.system_table("files", incremental_between=(0, 1))

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from table_helpers import rows, snapshot_ids
 
-from strata.errors import CommitConflictError
+from strata.errors import CommitConflictError, CommitFailedError
 from strata.manifest.manifest_entry import FileKind
 from strata.table.commit_message import CommitMessage
 
@@ -364,3 +364,24 @@ def test_many_commits_with_manifest_merging(catalog, partitioned):
     metas = table.manifest_store.read_manifest_list(snap.base_manifest_list)
     assert len(metas) < 12  # merged, not one manifest per commit
     assert snap.total_record_count == sum(f.row_count for s in table.scan() for f in s.files)
+
+
+def test_retries_exhausted_publish_nothing(catalog):
+    table = catalog.create_table("db.r", SCHEMA, primary_keys=["id"],
+                                 options={"bucket": "1", "commit.max-retries": "2", "commit.min-retry-wait": "1 ms"})
+    ours = table.new_commit("ours")
+    messages = prepare(table, data([1]))
+    inner = ours._commit.publish
+    stolen = []
+
+    def publish(manager, snapshot):
+        table.new_commit("thief").commit(prepare(table, data([100 + len(stolen)])))
+        stolen.append(snapshot.id)
+        return inner(manager, snapshot)  # always one snapshot too late
+
+    ours._commit.publish = publish
+    with pytest.raises(CommitFailedError, match="3 attempts"):
+        ours.commit(messages)
+    assert stolen == [1, 2, 3]
+    assert [table.snapshot_manager.snapshot(s).commit_user for s in snapshot_ids(table)] == ["thief"] * 3
+    assert sorted(r["id"] for r in rows(table)) == [100, 101, 102]

@@ -358,6 +358,10 @@ def test_strata_reads_pypaimon_tables(tmp_path):
         {"op": "create", "table": "db.queue", "schema": append_inputs[0], "partition_keys": ["dt"],
          "options": {"bucket": "3", "bucket-key": "id"}},
         *({"op": "write", "table": "db.queue", "data": path} for path in append_inputs),
+        {"op": "create", "table": "db.dynamic", "schema": inputs[0], "partition_keys": ["dt"],
+         "primary_keys": ["id", "dt"], "options": {"rowkind.field": "op"}},  # bucket -1: dynamic
+        *({"op": "write", "table": "db.dynamic", "data": path} for path in inputs),
+        {"op": "read", "table": "db.dynamic", "out": str(tmp_path / "dynamic.arrow")},
         {"op": "create", "table": "db.typed", "schema": typed_input, "partition_keys": TYPED_PARTITIONS},
         {"op": "write", "table": "db.typed", "data": typed_input},
         {"op": "read", "table": "db.typed", "out": str(tmp_path / "typed.arrow")},
@@ -377,6 +381,12 @@ def test_strata_reads_pypaimon_tables(tmp_path):
         table = catalog.get_table(f"db.{name}")
         assert rows(table) == rows(append_data)
         assert_same(table.to_arrow(), load(str(tmp_path / f"{name}.arrow")))
+    # a dynamic-bucket table reads like any other; writing it would bypass its key index
+    dynamic = catalog.get_table("db.dynamic")
+    assert rows(dynamic.to_arrow(), ["id", "dt"]) == sorted(pk_model, key=lambda r: (r["id"], r["dt"]))
+    assert_same(dynamic.to_arrow(), load(str(tmp_path / "dynamic.arrow")))
+    with pytest.raises(NotImplementedError, match="dynamic"):
+        dynamic.write(load(inputs[0]).slice(0, 1))
     typed = catalog.get_table("db.typed")
     assert_same(typed.to_arrow(), load(str(tmp_path / "typed.arrow")))
     assert rows(typed, ["id"]) == rows(typed_partitions(), ["id"])
