@@ -12,7 +12,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast test-integration bench lint format services-install services-up services-down services-check clean
+.PHONY: help venv demo test test-fast test-integration bench lint format services-install services-up services-down services-check images compose-up compose-down helm-check clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -58,6 +58,18 @@ services-down: $(STAMP) ## Stop every local service this project started
 
 services-check: $(STAMP) ## Bring each service up, prove it with a real operation, bring it down
 	$(SERVICES_CLI) check
+
+images: $(STAMP) ## Build the stack's container images locally (skips those already up to date)
+	$(PY) -m strata_platform.images
+
+compose-up: $(STAMP) ## Run compose/docker-compose.yml here with the local images (demo profile; no Grafana)
+	$(PY) -m strata_platform.compose up
+
+compose-down: $(STAMP) ## Stop the compose stack and remove its volumes
+	$(PY) -m strata_platform.compose down
+
+helm-check: $(STAMP) ## Lint the Helm chart, render it with helm/strata/ci/*.yaml, validate against Kubernetes schemas
+	$(PY) -m pytest integration_tests/test_helm.py -p no:cacheprovider -q
 
 clean: ## Remove build outputs (keeps the download cache)
 	rm -rf build

@@ -111,7 +111,7 @@ class StackUnderTest:
     def prometheus(self, promql: str) -> list[dict[str, Any]]:
         url = (f"http://127.0.0.1:{self.ports['PROMETHEUS_PORT']}/api/v1/query?"
                + urllib.parse.urlencode({"query": promql}))
-        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+        with urllib.request.urlopen(url, timeout=5) as resp:
             payload = json.load(resp)
         assert payload["status"] == "success", payload
         result: list[dict[str, Any]] = payload["data"]["result"]
@@ -182,7 +182,7 @@ def test_stack_is_healthy_and_on_loopback(stack: StackUnderTest) -> None:
             if cols[3] == "0A":  # LISTEN
                 address, port = cols[1].split(":")
                 listening.add((address, int(port, 16)))
-    loopback = {"0100007F", "0000000000000000FFFF00000100007F"}
+    loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}  # ::1 too
     for variable, port in stack.ports.items():
         if variable == "GRAFANA_PORT":
             continue

@@ -200,7 +200,12 @@ def test_exporter_serves_table_health_from_metadata(prometheus: PrometheusServic
     consumer_dir.mkdir()
     (consumer_dir / "consumer-etl").write_text(json.dumps({"nextSnapshot": 2}))  # as Paimon's readers write it
 
-    exporter = Exporter(warehouse, "--interval", "0.5")
+    textfiles = tmp_path / "textfiles"
+    textfiles.mkdir()
+    metrics.write_textfile(str(textfiles / "nightly.prom"))  # this process's engine metrics
+    (textfiles / "broken.prom").write_text("strata_commits_total{table=\"x\" 1\n")  # half-written by hand
+
+    exporter = Exporter(warehouse, "--interval", "0.5", "--textfile-dir", str(textfiles))
     try:
         assert listening_sockets(exporter.proc.pid) == {("127.0.0.1", exporter.port)}
         text = exporter.scrape()
@@ -235,6 +240,13 @@ def test_exporter_serves_table_health_from_metadata(prometheus: PrometheusServic
         assert ("strata_table_snapshot_latest_id", (("table", "shop.empty"),)) not in got  # no snapshot yet
         assert v("strata_exporter_tables") == 3
         assert v("strata_exporter_refresh_errors_total") == 0
+        # textfiles: the good one re-served with its name as a label, the broken one counted
+        assert v("strata_exporter_textfile_errors") == 1
+        assert ("strata_exporter_textfile_mtime_seconds", (("textfile", "nightly"),)) in got
+        assert any(name == "strata_commits_total" and ("textfile", "nightly") in labels
+                   for name, labels in got)
+        assert not any(name.startswith(("process_", "python_")) and ("textfile", "nightly") in labels
+                       for name, labels in got)
 
         # compaction changes what the next refresh reads
         orders.compact(full=True)

@@ -206,6 +206,9 @@ def test_failed_task_aborts_and_leaves_no_files(session: SparkSession, catalog: 
         df.write.format("strata").mode("append").save(uri(catalog, "db.pk"))
     assert table.snapshot_manager.latest_id() is None
     assert data_files(catalog, "db.pk") == set()
+    # columns that do not match fail on the driver, before any task runs
+    with pytest.raises(Exception, match=r"lacks column\(s\) \['snap'\]"):
+        df.select("id", "v").write.format("strata").mode("append").save(uri(catalog, "db.pk"))
 
 
 # -- batch reads -----------------------------------------------------------------------------------

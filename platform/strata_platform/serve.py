@@ -214,8 +214,10 @@ def run_init(env: Mapping[str, str], stopper: Stopper) -> int:
     catalog = retry("catalog", lambda: load_catalog(env), timeout, stopper)
     databases = [d.strip() for d in env.get("STRATA_DATABASES", "demo").split(",") if d.strip()]
     for database in databases:
-        retry(f"database {database}", lambda db=database: catalog.create_database(db, ignore_if_exists=True),
-              timeout, stopper)
+        def create(db: str = database) -> None:
+            catalog.create_database(db, ignore_if_exists=True)
+
+        retry(f"database {database}", create, timeout, stopper)
     print(f"strata init done: warehouse {wh}, databases {', '.join(databases) or '-'}", flush=True)
     return 0
 
@@ -273,7 +275,8 @@ def run_ingest(env: Mapping[str, str], stopper: Stopper) -> int:
 
     from strata.spark import register
 
-    builder = SparkSession.builder.master(env.get("STRATA_SPARK_MASTER", "local[2]")).appName(f"strata-ingest-{table_name}")
+    master = env.get("STRATA_SPARK_MASTER", "local[2]")
+    builder = SparkSession.builder.master(master).appName(f"strata-ingest-{table_name}")
     for key, value in spark_conf(env).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -483,7 +486,7 @@ def run_health(env: Mapping[str, str], role: str | None) -> int:
         return 1
     url = f"http://{address[0]}:{address[1]}/metrics"
     try:
-        with urllib.request.urlopen(url, timeout=3) as resp:  # noqa: S310 - our own endpoint
+        with urllib.request.urlopen(url, timeout=3) as resp:
             ok = resp.status == 200
     except OSError as exc:
         print(f"{url}: {exc}", file=sys.stderr)

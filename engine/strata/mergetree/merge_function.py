@@ -65,9 +65,8 @@ class DeduplicateMerge(MergeFunction):
             ends = _group_end_mask(table, key_names)
             return table if ends.all() else table.filter(pa.array(ends))
         groups = KeyGroups.of_table(table, key_names)
-        order = self.sequence.permutation(table, groups)
-        winners = groups.ends if order is None else order[groups.ends]
-        if len(winners) == table.num_rows and order is None:
+        winners = self.sequence.winners(table, groups)
+        if len(winners) == table.num_rows:
             return table
         return table.take(pa.array(winners, type=pa.int64()))
 

@@ -250,6 +250,24 @@ class SequenceOrder:
             return None
         return order
 
+    def winners(self, table: pa.Table, groups: KeyGroups) -> np.ndarray:
+        """Per key, the row merged last (the largest sequence; the latest arrival on ties)."""
+        if len(self.fields) > 1:
+            order = self.permutation(table, groups)
+            return groups.ends if order is None else order[groups.ends]
+        if self.fields[0] not in table.column_names:
+            raise KeyError(f"sequence.field column {self.fields[0]!r} is needed to merge but was not read")
+        keys, valid = order_key(table.column(self.fields[0]))
+        if self.descending:
+            keys = ~keys
+        if valid.all():
+            best = np.maximum.reduceat(keys, groups.starts)
+            return groups.last_where(keys == best[groups.gid])
+        has_value = groups.any(valid)
+        best = np.maximum.reduceat(np.where(valid, keys, _I64_MIN), groups.starts)
+        hit = np.where(has_value[groups.gid], valid & (keys == best[groups.gid]), True)
+        return groups.last_where(hit)
+
     def reorder(self, table: pa.Table, key_names: Sequence[str]) -> pa.Table:
         """The table with each key's records in merge order (input: sorted by key, then arrival)."""
         groups = KeyGroups.of_table(table, key_names)

@@ -276,7 +276,7 @@ def commit_changes(manager: SchemaManager, changes: Sequence[SchemaChange], wher
                    has_snapshots: bool | Callable[[], bool] = True) -> TableSchema:
     """Apply `changes` to the latest schema and publish it as the next schema file, atomically;
     re-applied to the newer schema if a concurrent change took the id first."""
-    changes = list(changes)
+    changes = [changes] if isinstance(changes, SchemaChange) else list(changes)
     if not changes:
         raise SchemaChangeError(f"no schema changes given for table {where}")
     for change in changes:

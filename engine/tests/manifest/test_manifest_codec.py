@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -179,14 +178,8 @@ def test_expected_count_catches_missing_entries() -> None:
         decode_manifest(data, expected_count=4, source="manifest-y")
 
 
-def test_decoding_ten_thousand_entries_is_fast() -> None:
+def test_ten_thousand_entries_round_trip() -> None:
+    # speed is measured by `make bench`, never asserted here
     entries = [ManifestEntry(FileKind.ADD, long_row(i % 7), i % 4, 4, full_file(f"data-{i}.parquet"))
                for i in range(10_000)]
-    data = encode_manifest(entries)
-    timings = []
-    for _ in range(3):  # best of three: the machine may be shared with services under test
-        start = time.perf_counter()
-        decoded = decode_manifest(data)
-        timings.append(time.perf_counter() - start)
-    assert decoded == entries
-    assert min(timings) < 1.0, f"decoding 10,000 entries took {min(timings):.3f}s"
+    assert decode_manifest(encode_manifest(entries)) == entries

@@ -108,3 +108,17 @@ def test_sequence_tie_broken_by_sequence_number_across_runs():
     new = kv([1], seq=[1], s=[5], v=["new"])
     assert by_key(merge(mf, new, old))[1]["v"] == "new"
     assert by_key(merge(mf, old, new))[1]["v"] == "new"
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("null_share", [0.0, 0.3, 1.0])
+def test_winners_fast_path_matches_the_full_order(descending, null_share):
+    rng = np.random.default_rng(7)
+    n = 2000
+    keys = np.sort(rng.integers(0, 300, n))
+    seq = pa.array(rng.integers(-3, 3, n), mask=rng.random(n) < null_share)
+    t = kv(keys.tolist(), s=seq, v=list(range(n)))
+    groups = KeyGroups.of_table(t, ["_KEY_k"])
+    order = SequenceOrder(["s"], descending).permutation(t, groups)
+    expected = groups.ends if order is None else order[groups.ends]
+    assert (SequenceOrder(["s"], descending).winners(t, groups) == expected).all()

@@ -399,3 +399,23 @@ def test_options_of_other_engines_are_kept(catalog: strata.Catalog, pk: strata.T
     assert t.options["changelog-producer.lookup-wait"] == "false"
     with pytest.raises(OptionError, match=r"unknown option 'changelog-producer\.lookup-wait'"):
         t.set_options(**{"changelog-producer.lookup-wait": "true"})
+
+
+def test_jdbc_schema_change_takes_the_table_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where snapshots are published under the JDBC lock (object stores without conditional PUT),
+    schema versions are too (Paimon's JdbcCatalog.alterTableImpl runs commitChanges with the lock)."""
+    catalog = strata.load_catalog(str(tmp_path / "wh"), metastore="jdbc", **{"lock.enabled": "true"})
+    catalog.create_database("db")
+    catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
+    taken: list[tuple[str, str]] = []
+    real_lock = catalog.locks.lock  # type: ignore[attr-defined]
+
+    def recording_lock(database: str, table: str):  # type: ignore[no-untyped-def]
+        taken.append((database, table))
+        return real_lock(database, table)
+
+    monkeypatch.setattr(catalog, "publish_mode", lambda table: "lock")
+    monkeypatch.setattr(catalog.locks, "lock", recording_lock)  # type: ignore[attr-defined]
+    altered = catalog.alter_table("db.t", [SchemaChange.add_column("z", "INT")])
+    assert altered is not None and "z" in altered.schema.field_names
+    assert taken == [("db", "t")]
