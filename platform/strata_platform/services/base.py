@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -80,10 +81,10 @@ class Service(ABC):
         """Extra environment of the server process."""
         return {}
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Write configuration / initialise data under state_dir before the process starts."""
 
-    def after_start(self) -> None:
+    def after_start(self) -> None:  # noqa: B027 - optional hook, empty by default
         """One-time set-up once ready (create a bucket, a database...)."""
 
     @abstractmethod
@@ -139,7 +140,7 @@ class Service(ABC):
             try:
                 if self.is_ready():
                     return
-            except Exception:  # noqa: BLE001 - not ready yet, whatever the reason
+            except Exception:
                 pass
             time.sleep(0.5)
         raise ServiceError(f"{self.name} not ready after {self.startup_timeout:.0f}s; "
@@ -167,7 +168,7 @@ class Service(ABC):
             version = self.version()
             detail = self.check()
             return CheckResult(self.name, version, seconds, True, detail)
-        except Exception as exc:  # noqa: BLE001 - reported as a failing line
+        except Exception as exc:
             return CheckResult(self.name, version, 0.0, False, f"{type(exc).__name__}: {exc}")
 
 
@@ -183,10 +184,8 @@ def terminate_group(pid: int, timeout: float = 20.0) -> None:
             try:
                 os.kill(pid, 0)
                 # reap if it is our child
-                try:
+                with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
             except ProcessLookupError:
                 return
             time.sleep(0.2)
@@ -200,7 +199,7 @@ def port_open(port: int, host: str = HOST) -> bool:
 
 def http_ok(url: str, timeout: float = 2.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback only
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             return 200 <= resp.status < 300
     except OSError:
         return False
@@ -208,7 +207,7 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 
 def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run a command, raising ServiceError with its output on failure."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
     if proc.returncode != 0:
         raise ServiceError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n"
                            f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
@@ -218,7 +217,7 @@ def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
 def apt_install(*packages: str) -> None:
     """Install Debian packages if missing (we run as root on the project's machines)."""
     missing = [p for p in packages
-               if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
+               if subprocess.run(["dpkg", "-s", p], capture_output=True, check=False).returncode != 0]
     if not missing:
         return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
@@ -251,7 +250,7 @@ def download(url: str, dest: Path) -> Path:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_suffix(dest.suffix + ".part")
-    with urllib.request.urlopen(url, timeout=600) as resp, open(tmp, "wb") as out:  # noqa: S310
+    with urllib.request.urlopen(url, timeout=600) as resp, open(tmp, "wb") as out:
         while chunk := resp.read(1 << 20):
             out.write(chunk)
     tmp.rename(dest)
