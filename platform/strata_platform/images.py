@@ -303,20 +303,37 @@ def build(image: Image, force: bool = False) -> BuildResult:
     return BuildResult(image.name, image.tag, True, time.monotonic() - began, image_size(image.tag))
 
 
+# Builds run in two lanes: the strata image then kafka (they share the Java layer, which the
+# first build leaves in the cache for the second), and the others. apt and pip downloads overlap
+# with the other lane's work, which roughly halves a cold build.
+LANES = (("strata", "kafka"), ("minio", "postgres", "prometheus", "trino"))
+
+
 def ensure_images(names: Iterable[str] | None = None, force: bool = False,
                   report: Callable[[str], None] | None = None) -> dict[str, BuildResult]:
     """Build (or confirm) the named images, all by default; returns name -> result."""
+    from concurrent.futures import ThreadPoolExecutor
+
     images = all_images()
     chosen = list(names) if names else list(images)
     unknown = [n for n in chosen if n not in images]
     if unknown:
         raise KeyError(f"unknown images {unknown}; known: {', '.join(images)}")
-    results = {}
-    for name in chosen:
-        results[name] = build(images[name], force=force)
-        if report is not None:
-            report(results[name].line())
-    return results
+    ensure_base_image()
+    lanes = [[n for n in lane if n in chosen] for lane in LANES]
+    lanes.append([n for n in chosen if not any(n in lane for lane in LANES)])
+    results: dict[str, BuildResult] = {}
+
+    def run_lane(lane: list[str]) -> None:
+        for name in lane:
+            results[name] = build(images[name], force=force)
+            if report is not None:
+                report(results[name].line())
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for future in [pool.submit(run_lane, lane) for lane in lanes if lane]:
+            future.result()
+    return {name: results[name] for name in chosen}
 
 
 def tags() -> dict[str, str]:

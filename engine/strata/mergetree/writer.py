@@ -96,6 +96,8 @@ class CompactionContext:
     changelog_producer: str = "none"  # none | input | full-compaction | lookup
     changelog_writer: DataFileWriter | None = None
     row_deduplicate: bool = False
+    # Paimon readers skip level 0 of first-row tables: their writers compact it at every commit
+    compact_level0_at_commit: bool = False
 
 
 class KeyValueBucketWriter(BucketWriter):
@@ -139,7 +141,9 @@ class KeyValueBucketWriter(BucketWriter):
         return self.file_writer.write(merged, level=0)
 
     def prepare_commit(self, wait_compaction: bool = False) -> CommitMessage:
-        if self.compaction.changelog_producer == "lookup" and self.compaction.manager is not None:
+        context = self.compaction
+        if (context.changelog_producer == "lookup" or context.compact_level0_at_commit) \
+                and context.manager is not None:
             # the changelog of this commit comes from merging its new runs into the top level
             self.flush()
             if self.compaction.manager.levels.level0:

@@ -177,7 +177,8 @@ class TableWrite:
                 context = CompactionContext(
                     self._compact_manager(restored), self._file_reader(bucket_dir), producer,
                     DataFileWriter(self.table.file_io, self.paths, bucket_dir, self.config, name_prefix="changelog"),
-                    bool(self.core.get("changelog-producer.row-deduplicate")))
+                    bool(self.core.get("changelog-producer.row-deduplicate")),
+                    compact_level0_at_commit=self.core.merge_engine == "first-row")
                 writer = KeyValueBucketWriter(self.schema, partition, bucket, total, file_writer,
                                               next_seq, self.merge_function, context)
             else:
