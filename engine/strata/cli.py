@@ -126,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="a .parquet or .csv file")
     p.add_argument("--mode", choices=["append", "overwrite", "overwrite-dynamic"], default="append")
     p.set_defaults(func=cmd_write)
+
+    p = sub.add_parser("compact", help="the dedicated compaction job: a table, or every table of a database")
+    p.add_argument("target", help="db.table, or db with --database")
+    p.add_argument("--database", action="store_true", help="compact every table of database TARGET")
+    p.add_argument("--full", action="store_true", help="merge everything into the top level")
+    p.add_argument("--partition", default=None, help="k=v[,k2=v2]: only this partition")
+    p.set_defaults(func=cmd_compact)
     return parser
 
 
@@ -286,6 +293,27 @@ def cmd_write(catalog: Catalog, args: argparse.Namespace) -> int:
     ids = ", ".join(str(i) for i in result.snapshot_ids) or "none"
     print(f"wrote {data.num_rows} rows to {table.identifier} ({args.mode}); snapshot {ids}")
     return 0
+
+
+def cmd_compact(catalog: Catalog, args: argparse.Namespace) -> int:
+    names = [f"{args.target}.{t}" for t in catalog.list_tables(args.target)] if args.database else [args.target]
+    for name in names:
+        table = catalog.get_table(name)
+        partition = None
+        if args.partition:
+            pairs = dict(item.split("=", 1) for item in args.partition.split(","))
+            partition = {f.name: _partition_literal(pairs[f.name], f.type.to_arrow())
+                         for f in table.schema.partition_fields()}
+        result = table.compact(full=args.full, partition=partition)
+        ids = ", ".join(str(i) for i in result.snapshot_ids) or "nothing to compact"
+        print(f"compacted {table.identifier}: {ids}")
+    return 0
+
+
+def _partition_literal(text: str, arrow_type: object) -> object:
+    import pyarrow as pa
+
+    return pa.scalar(text).cast(arrow_type).as_py()  # type: ignore[arg-type]
 
 
 # -- schema spec -----------------------------------------------------------------------------------

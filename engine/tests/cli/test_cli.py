@@ -256,3 +256,20 @@ def test_parse_helpers() -> None:
     assert pred.fields() == {"id", "name", "d"}
     assert not pred.may_match(lambda name: ColumnStats(3, 4, 0, 1)
                               if name == "id" else None)
+
+
+def test_compact_command_merges_level_zero_runs(tmp_path, capsys) -> None:
+    warehouse = str(tmp_path / "wh")
+    catalog = strata.load_catalog(warehouse)
+    catalog.create_database("db")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("p", pa.string(), nullable=False)])
+    table = catalog.create_table("db.c", schema, partition_keys=["p"], primary_keys=["p", "id"],
+                                 options={"bucket": "1", "write-only": "true"})
+    for i in range(3):
+        table.write(pa.table({"id": [i, i + 10], "p": ["x", "y"]}, schema=schema))
+    assert main(["--warehouse", warehouse, "compact", "db.c", "--full", "--partition", "p=x"]) == 0
+    levels = {(s.partition_values[0], f.level) for s in table.scan() for f in s.files}
+    assert ("x", 0) not in levels and ("y", 0) in levels  # only partition x was compacted
+    assert main(["--warehouse", warehouse, "compact", "db", "--database", "--full"]) == 0
+    assert all(f.level > 0 for s in table.scan() for f in s.files)
+    assert "compacted db.c" in capsys.readouterr().out
