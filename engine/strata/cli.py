@@ -313,7 +313,7 @@ def cmd_compact(catalog: Catalog, args: argparse.Namespace) -> int:
 def _partition_literal(text: str, arrow_type: object) -> object:
     import pyarrow as pa
 
-    return pa.scalar(text).cast(arrow_type).as_py()  # type: ignore[arg-type]
+    return pa.scalar(text).cast(arrow_type).as_py()
 
 
 # -- schema spec -----------------------------------------------------------------------------------

@@ -141,12 +141,11 @@ class KeyValueBucketWriter(BucketWriter):
         return self.file_writer.write(merged, level=0)
 
     def prepare_commit(self, wait_compaction: bool = False) -> CommitMessage:
-        context = self.compaction
-        if (context.changelog_producer == "lookup" or context.compact_level0_at_commit) \
-                and context.manager is not None:
-            # the changelog of this commit comes from merging its new runs into the top level
+        context, manager = self.compaction, self.compaction.manager
+        if (context.changelog_producer == "lookup" or context.compact_level0_at_commit) and manager is not None:
+            # lookup: the commit's changelog comes from merging its new runs into the top level
             self.flush()
-            if self.compaction.manager.levels.level0:
+            if manager.levels.level0:
                 self.compact(full=True)
         return super().prepare_commit(wait_compaction)
 
