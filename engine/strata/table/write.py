@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -37,11 +38,15 @@ if TYPE_CHECKING:
 class TableWrite:
     """Accepts Arrow/pandas data for one table; `prepare_commit` returns the commit messages."""
 
-    def __init__(self, table: Table, compaction: bool | None = None, commit_user: str | None = None):
+    def __init__(self, table: Table, compaction: bool | None = None, commit_user: str | None = None,
+                 sequence_offset: int = 0):
         """`compaction` overrides `write-only` (True for the dedicated compaction job);
-        `commit_user` names the writer for the log store's transactions (log.system=kafka)."""
+        `commit_user` names the writer for the log store's transactions (log.system=kafka);
+        `sequence_offset` starts this writer's sequence numbers that far above the bucket's
+        current maximum, so parallel writers of one commit (Spark tasks) never tie on a key."""
         self.table = table
         self.commit_user = commit_user
+        self.sequence_offset = sequence_offset
         self._log: LogWriter | None = None
         self._log_enabled = not compaction and str(table.core.get("log.system")) == "kafka"
         self.schema = table.schema
@@ -170,7 +175,7 @@ class TableWrite:
             bucket_dir = self.paths.bucket_dir(self.partition_dirs.get(partition, ""), bucket)
             file_writer = DataFileWriter(self.table.file_io, self.paths, bucket_dir, self.config)
             restored = self._restored_files(partition, bucket)
-            next_seq = max((f.max_sequence_number for f in restored), default=-1) + 1
+            next_seq = max((f.max_sequence_number for f in restored), default=-1) + 1 + self.sequence_offset
             total = self.num_buckets if self.num_buckets > 0 else -1
             if self.merge_function is not None:
                 producer = str(self.core.get("changelog-producer"))
@@ -236,6 +241,7 @@ class TableWrite:
         full = self.full_compaction_every is not None and self.commits_prepared % self.full_compaction_every == 0
         if full:
             self.compact(full=True)
+        self._flush_all()
         messages = [w.prepare_commit() for w in self.writers.values()]
         messages = [m for m in messages if not m.is_empty()]
         self.write_metrics.committed([w.compaction.manager.levels for w in self.writers.values()
@@ -245,6 +251,18 @@ class TableWrite:
             for m in messages:
                 m.log = committable
         return messages
+
+    def _flush_all(self) -> None:
+        """Flush every buffer, several buckets at once: Parquet encoding releases the GIL."""
+        pending = [w for w in self.writers.values() if w.buffer]
+        if len(pending) < 2:
+            for writer in pending:
+                writer.flush()
+            return
+        with ThreadPoolExecutor(max_workers=min(len(pending), os.cpu_count() or 1),
+                                thread_name_prefix="strata-flush") as pool:
+            for future in [pool.submit(w.flush) for w in pending]:
+                future.result()
 
     def compact(self, full: bool = False, partitions: list[bytes] | None = None) -> None:
         """Compact every bucket this writer knows, plus every live bucket of the table (the
