@@ -10,6 +10,7 @@ another writer's commits in snapshot order, consumer-id resume, and a CDC mirror
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 import threading
@@ -183,6 +184,20 @@ def test_overwrite_of_a_pk_table_and_idempotent_batch_commits(session: SparkSess
     write_table(orders_df(session, range(100, 150), name="o"), target, mode="overwrite")
     assert sorted(table.to_arrow().column("id").to_pylist()) == list(range(100, 150))
 
+    # a key in several Spark partitions of one plain write: no sequence-number tie, the last
+    # partition wins, and every file of the commit has its own sequence range
+    from pyspark.sql import functions as F
+
+    dupes = catalog.create_table("db.dupes", EVENTS, primary_keys=["id"], options={"bucket": "2"})
+    (session.range(0, 12, numPartitions=3).select((F.col("id") % 4).alias("id"), F.lit(1).alias("snap"),
+                                                   F.col("id").cast("string").alias("v"))
+     .write.format("strata").mode("append").save(uri(catalog, "db.dupes")))
+    assert sorted((r["id"], r["v"]) for r in dupes.to_arrow().to_pylist()) == [
+        (0, "8"), (1, "9"), (2, "10"), (3, "11")]
+    for split in dupes.scan():
+        ranges = sorted((f.min_sequence_number, f.max_sequence_number) for f in split.files)
+        assert len(ranges) == 3 and all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
+
     # commit-user + commit-identifier (as Delta's txnAppId/txnVersion): the second run is a no-op
     files_before = data_files(catalog, "db.pk")
     for _ in range(2):
@@ -206,6 +221,7 @@ def test_failed_task_aborts_and_leaves_no_files(session: SparkSession, catalog: 
         df.write.format("strata").mode("append").save(uri(catalog, "db.pk"))
     assert table.snapshot_manager.latest_id() is None
     assert data_files(catalog, "db.pk") == set()
+    assert session.read.format("strata").load(uri(catalog, "db.pk")).count() == 0
     # columns that do not match fail on the driver, before any task runs
     with pytest.raises(Exception, match=r"lacks column\(s\) \['snap'\]"):
         df.select("id", "v").write.format("strata").mode("append").save(uri(catalog, "db.pk"))
@@ -219,9 +235,8 @@ def test_filter_pushdown_on_and_off_give_the_same_rows(session: SparkSession, ca
     for start in range(0, 900, 300):  # three commits: several files per bucket
         write_table(orders_df(session, range(start, start + 300)), target)
     filters = ["dt = '2024-01-02'", "id > 850", "id between 100 and 120 and dt <> '2024-01-01'",
-               "dt in ('2024-01-01', '2024-01-03') and id < 30", "name like 'n7%'", "amount >= 100",
-               "lts < timestamp'2024-03-01 12:00:10.5Z'", "day = date'2024-01-05'", "ts is null",
-               "not (id < 895)"]
+               "dt in ('2024-01-01', '2024-01-03') and id < 30 and name like 'n2%'",
+               "amount >= 100 or lts < timestamp'2024-03-01 12:00:10.5Z'", "day = date'2024-01-05' and ts is null"]
 
     def results(**options: str) -> list[list[tuple[Any, ...]]]:
         """Each filter's rows, from one Spark job (a union of one filtered scan per filter)."""
@@ -237,7 +252,6 @@ def test_filter_pushdown_on_and_off_give_the_same_rows(session: SparkSession, ca
     expected = results()
     assert [len(r) for r in expected][:2] == [300, 49]
     session.conf.set(PUSHDOWN_FLAG, "true")
-    assert results() == expected
     assert results(**{"filter-pushdown": "true"}) == expected
 
     # pruning: one Spark partition per split; a partition filter reads one partition's buckets
@@ -304,6 +318,8 @@ def test_narrower_user_schema_reads_only_those_columns(session: SparkSession, ca
                   .collect())[:2] == [0, 1]
     with pytest.raises(Exception, match="nope"):
         session.read.schema("id bigint, nope string").format("strata").load(target).collect()
+    # the table may also be named by its directory
+    assert session.read.format("strata").load(table.path).count() == 100
 
 
 def test_time_travel_and_incremental_reads(session: SparkSession, catalog: strata.Catalog) -> None:
@@ -402,18 +418,19 @@ def run_available_now(query_builder: Any) -> Any:
 
 def test_stream_sink_is_exactly_once_across_a_replayed_batch(session: SparkSession, catalog: strata.Catalog,
                                                              tmp_path: Path) -> None:
-    table = catalog.create_table("db.sink", EVENTS, primary_keys=["id"], options={"bucket": "2"})
-    append = catalog.create_table("db.append_sink", EVENTS)
+    # an append table: nothing would hide a duplicated micro-batch
+    table = catalog.create_table("db.sink", EVENTS)
     checkpoint = str(tmp_path / "checkpoint")
 
-    def run(name: str, total: int, ck: str) -> Any:
+    def run(total: int) -> Any:
         stream = session.readStream.format("strata_test_sequence").option("total", str(total)).load()
-        return run_available_now(stream.writeStream.format("strata").option("checkpointLocation", ck)
-                                 .option("path", uri(catalog, name)))
+        return run_available_now(stream.writeStream.format("strata").option("checkpointLocation", checkpoint)
+                                 .option("path", uri(catalog, "db.sink")))
 
-    query = run("db.sink", 500, checkpoint)
+    query = run(500)
     assert [p["numInputRows"] for p in query.recentProgress] == [100] * 5
     steady = [p["durationMs"]["triggerExecution"] for p in query.recentProgress[1:]]
+    print(f"micro-batch triggerExecution ms (100 rows, 2 tasks): {steady}")
     snaps = table.snapshots()
     assert [s.commit_identifier for s in snaps] == [0, 1, 2, 3, 4]
     assert len({s.commit_user for s in snaps}) == 1 and snaps[0].commit_user.startswith("spark-")
@@ -421,35 +438,26 @@ def test_stream_sink_is_exactly_once_across_a_replayed_batch(session: SparkSessi
     # lose the commit marker of batch 4: Spark re-runs batch 4, the sink drops it
     os.remove(f"{checkpoint}/commits/4")
     os.remove(f"{checkpoint}/commits/.4.crc")
-    replay = run("db.sink", 800, checkpoint)
+    replay = run(800)
     assert [p["batchId"] for p in replay.recentProgress] == [4, 5, 6, 7]
     snaps = table.snapshots()
     assert [s.commit_identifier for s in snaps] == list(range(8))
     assert [s.delta_record_count for s in snaps] == [100] * 8
-    rows = table.to_arrow()
-    assert sorted(rows.column("id").to_pylist()) == list(range(800))
-    assert rows.sort_by("id").column("v").to_pylist() == [f"v{i}" for i in range(800)]
+    rows = table.to_arrow().sort_by("id")
+    assert rows.column("id").to_pylist() == list(range(800))  # the source's rows, each once
+    assert rows.column("v").to_pylist() == [f"v{i}" for i in range(800)]
     assert data_files(catalog, "db.sink") == live_files(catalog, "db.sink")  # the replay's files are gone
-
-    # an append table (no key to hide duplicates) and latency of steady micro-batches
-    append_ck = str(tmp_path / "append-checkpoint")
-    run("db.append_sink", 300, append_ck)
-    os.remove(f"{append_ck}/commits/2")
-    os.remove(f"{append_ck}/commits/.2.crc")
-    run("db.append_sink", 300, append_ck)
-    ids = append.to_arrow().column("id").to_pylist()
-    assert len(ids) == 300 and sorted(ids) == list(range(300))
-    print(f"micro-batch triggerExecution ms (100 rows, 2 tasks): {steady}")
 
     # a deleted checkpoint reusing the location would silently skip batches: it is refused
     import shutil
 
-    shutil.rmtree(append_ck)
+    shutil.rmtree(checkpoint)
     stream = session.readStream.format("strata_test_sequence").option("total", "100").load()
-    query = (stream.writeStream.format("strata").option("checkpointLocation", append_ck)
-             .option("path", uri(catalog, "db.append_sink")).trigger(availableNow=True).start())
+    query = (stream.writeStream.format("strata").option("checkpointLocation", checkpoint)
+             .option("path", uri(catalog, "db.sink")).trigger(availableNow=True).start())
     with pytest.raises(Exception, match="checkpoint was deleted or replaced"):
         query.awaitTermination(180)
+    assert table.to_arrow().num_rows == 800
 
 
 def test_stream_read_follows_another_writer_in_snapshot_order(session: SparkSession,

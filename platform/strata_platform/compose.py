@@ -158,6 +158,14 @@ class Stack:
         return self.run("logs", "--no-color", "--tail", str(tail), *services, check=False, timeout=120).stdout[-6000:]
 
 
+def _port_in_use(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m strata_platform.compose", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -175,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     values = read_env_file(DEFAULT_ENV_FILE)
     values["COMPOSE_PROFILES"] = args.profiles
     if args.action == "up":
+        busy = {key: value for key, value in values.items() if key.endswith("_PORT") and _port_in_use(int(value))}
+        if busy:
+            raise SystemExit(f"ports in use on 127.0.0.1: {busy} (the local services of `make services-up` use "
+                             "some of the same defaults: `make services-down`, or change them in compose/.env)")
         values.update(local_image_overrides())
     state = REPO_ROOT / "build" / "compose"
     state.mkdir(parents=True, exist_ok=True)

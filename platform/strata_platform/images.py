@@ -289,7 +289,7 @@ def build(image: Image, force: bool = False) -> BuildResult:
     shutil.copytree(image.dockerfile_dir, ctx)
     try:
         image.fill(ctx)
-        args = [docker_cli(), "build", "--network", "host", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
+        args = [docker_cli(), "build", "--force-rm", "--network", "host", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
                 "--label", f"{LABEL}={wanted}", "-t", image.tag, str(ctx)]
         proc = subprocess.run(args, env={**docker_env(), "DOCKER_BUILDKIT": "0"}, capture_output=True,
                               text=True, timeout=3600, check=False)

@@ -16,8 +16,9 @@ Roles (the strata image's entrypoint is this module; the role is the container's
 ``health``       exit 0 if this container's /metrics answers (for health checks and probes).
 
 Configuration comes only from environment variables (and files they name); nothing is read from
-the image. Every variable of the form ``NAME_FILE`` (say ``STRATA_JDBC_PASSWORD_FILE``) is read
-into ``NAME`` when ``NAME`` is unset, for secrets mounted as files.
+the image. Secrets may come from mounted files: ``STRATA_JDBC_PASSWORD_FILE=/run/secrets/pg`` is
+read into ``STRATA_JDBC_PASSWORD`` when that is unset (likewise ``STRATA_JDBC_USER``,
+``STRATA_CATALOG_OPTIONS``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``).
 
 Common: ``STRATA_WAREHOUSE`` (``s3://bucket/path`` or a local path), ``STRATA_CATALOG_OPTIONS``
 (``key=value`` pairs separated by commas or newlines), ``STRATA_JDBC_URI`` / ``STRATA_JDBC_USER`` /
@@ -52,17 +53,22 @@ log = logging.getLogger("strata.serve")
 
 ROLE_PORTS = {"exporter": 19187, "ingest": 19188, "compaction": 19189, "cdc": 19190}
 SECRET_FILE_SUFFIX = "_FILE"
+SECRET_VARIABLES = ("STRATA_JDBC_USER", "STRATA_JDBC_PASSWORD", "STRATA_CATALOG_OPTIONS", "AWS_ACCESS_KEY_ID",
+                    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
 # -- configuration ------------------------------------------------------------------------------
 def load_secret_files(env: dict[str, str]) -> None:
-    """``NAME_FILE=/path`` -> ``NAME`` = the file's content (stripped), unless NAME is set."""
-    for key, path in list(env.items()):
-        if key.endswith(SECRET_FILE_SUFFIX) and len(key) > len(SECRET_FILE_SUFFIX):
-            name = key[: -len(SECRET_FILE_SUFFIX)]
-            if not env.get(name) and path:
+    """``NAME_FILE=/path`` -> ``NAME`` = the file's content (stripped), unless NAME is set, for the
+    variables that hold credentials (``SECRET_VARIABLES``)."""
+    for name in SECRET_VARIABLES:
+        path = env.get(name + SECRET_FILE_SUFFIX)
+        if path and not env.get(name):
+            try:
                 with open(path) as fh:
                     env[name] = fh.read().strip()
+            except OSError as exc:
+                raise SystemExit(f"{name}{SECRET_FILE_SUFFIX}={path}: {exc}") from exc
 
 
 def pairs(text: str | None) -> dict[str, str]:
@@ -299,11 +305,7 @@ def run_ingest(env: Mapping[str, str], stopper: Stopper) -> int:
                 error = query.exception()
                 log.error("the streaming query stopped: %s", error)
                 return 1
-        # graceful: let the micro-batch in flight commit, then stop before the next one starts
-        deadline = time.monotonic() + stop_timeout
-        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        query.stop()
+        stop_gracefully(query, stop_timeout)
         last = query.lastProgress
         print(f"strata ingest stopped after batch {last['batchId'] if last else '-'}", flush=True)
         return 0
@@ -311,6 +313,28 @@ def run_ingest(env: Mapping[str, str], stopper: Stopper) -> int:
         spark.stop()
         if server is not None:
             server.shutdown()
+
+
+def stop_gracefully(query: Any, timeout: float) -> None:
+    """Let the micro-batch in flight commit, then stop the query.
+
+    A batch is in flight while the trigger is active; it has committed once ``lastProgress`` names
+    a newer batch. Batches may follow each other back to back, so waiting for an idle trigger
+    could take forever: wait for the batch in flight to finish (at most `timeout`), then stop at
+    once. A batch that started meanwhile is interrupted and aborted (its files are deleted, nothing
+    is published) and runs again, with the same id and offsets, when the job restarts.
+    """
+    def last_batch() -> int:
+        progress = query.lastProgress
+        return int(progress["batchId"]) if progress else -1
+
+    if query.isActive and query.status.get("isTriggerActive"):
+        in_flight_after = last_batch()
+        deadline = time.monotonic() + timeout
+        while (query.isActive and time.monotonic() < deadline and last_batch() == in_flight_after
+               and query.status.get("isTriggerActive")):
+            time.sleep(0.05)
+    query.stop()
 
 
 # -- compaction -----------------------------------------------------------------------------------
@@ -348,8 +372,9 @@ def compact_all(catalog: Any, databases: list[str], full: bool, user: str, stopp
             break
         try:
             table = catalog.get_table(name)
-            if table.latest_snapshot() is None:
-                continue
+            latest = table.latest_snapshot()
+            if latest is None or latest.commit_user == user:
+                continue  # empty, or nothing new since our own last compaction
             began = time.monotonic()
             result = table.compact(full=full, commit_user=user)
             if result.snapshot_ids:

@@ -7,6 +7,9 @@ targets; a miss never fails the run (an error does).
 
     python -m strata.bench --out build/bench.json            # W1..W4 at full size
     python -m strata.bench --only W1,W3 --scale 0.1           # a subset, 10% of the rows
+
+MINIO_COMMIT, W1_minio and W3_minio (``strata.bench.minio``) run against MinIO when it is reachable
+(``eval "$(strata-services env minio postgres)"``) and are skipped with a note otherwise.
 """
 
 from __future__ import annotations
@@ -25,13 +28,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-WORKLOADS = ("W1", "W2", "W3", "W4")
+WORKLOADS = ("W1", "W2", "W3", "W4", "MINIO_COMMIT", "W1_minio", "W3_minio")
+MINIO_WORKLOADS = ("MINIO_COMMIT", "W1_minio", "W3_minio")
 PARTS = ("strata", "reference")
 DESCRIPTIONS = {
     "W1": "append table, partitioned by dt: 10 commits",
     "W2": "PK table (dt, id), bucket 4, write-only: 10 upsert commits (half updates) on a base",
     "W3": "full merged read of the W2 table (base + 10 level-0 runs)",
     "W4": "id BETWEEN x AND x+1000 on the W2 table (median of 7)",
+    "MINIO_COMMIT": "100 small commits (10 rows) to MinIO under the JDBC lock: latency",
+    "W1_minio": "W1 with the warehouse on MinIO",
+    "W3_minio": "W3 (full merged read of the W2 table) on MinIO",
 }
 W2_RSS_LIMIT_MB = 1500.0
 
@@ -49,7 +56,9 @@ class Target:
 
 
 TARGETS = {"W1": Target(">=", 0.6), "W2": Target(">=", 0.30), "W3": Target(">=", 0.35),
-           "W4": Target("<=", 3.0)}
+           "W4": Target("<=", 3.0),
+           # MINIO_COMMIT: the p50 commit latency in ms itself; the others: ratios to raw pyarrow on MinIO
+           "MINIO_COMMIT": Target("<=", 150.0), "W1_minio": Target(">=", 0.5), "W3_minio": Target(">=", 0.5)}
 
 
 # -- entry point ---------------------------------------------------------------------------------
@@ -103,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _selection(only: str | None) -> list[str]:
     if not only:
         return list(WORKLOADS)
-    wanted = [w.strip().upper() for w in only.split(",") if w.strip()]
+    names = {w.upper(): w for w in WORKLOADS}
+    wanted = [names.get(w.strip().upper(), w.strip().upper()) for w in only.split(",") if w.strip()]
     unknown = [w for w in wanted if w not in WORKLOADS]
     if unknown:
         raise ValueError(f"unknown workload(s) {unknown} in --only; choose from {', '.join(WORKLOADS)}")
@@ -114,7 +124,10 @@ def _selection(only: str | None) -> list[str]:
 
 
 def _run_part(args: argparse.Namespace) -> int:
+    from strata.bench.minio import PARTS as MINIO_PARTS
     from strata.bench.workloads import PARTS as FUNCTIONS
+
+    FUNCTIONS = {**FUNCTIONS, **MINIO_PARTS}
 
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="strata-bench-")
     os.makedirs(work_dir, exist_ok=True)
@@ -141,7 +154,17 @@ def peak_rss_mb() -> float:
 def run(workloads: Sequence[str], scale: float, work_dir: str, quiet: bool = False) -> dict[str, Any]:
     load_start = _load_average()
     results = []
+    skipped = []
+    minio_unavailable = None
+    if any(w in MINIO_WORKLOADS for w in workloads):
+        from strata.bench.minio import unavailable
+
+        minio_unavailable = unavailable()
     for workload in workloads:
+        if workload in MINIO_WORKLOADS and minio_unavailable:
+            print(f"[bench] {workload} skipped: {minio_unavailable}", file=sys.stderr, flush=True)
+            skipped.append({"workload": workload, "reason": minio_unavailable})
+            continue
         parts: dict[str, dict[str, Any]] = {}
         errors = []
         for part in PARTS:
@@ -162,7 +185,7 @@ def run(workloads: Sequence[str], scale: float, work_dir: str, quiet: bool = Fal
             results.append(combine(workload, parts["strata"], parts["reference"]))
     machine = machine_info()
     machine["load_average_start"], machine["load_average_end"] = load_start, _load_average()
-    return {"results": results, "machine": machine, "scale": scale,
+    return {"results": results, "skipped": skipped, "machine": machine, "scale": scale,
             "targets": {w: str(t) for w, t in TARGETS.items()} | {"W2_peak_rss_mb": f"< {W2_RSS_LIMIT_MB:g}"},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
@@ -189,6 +212,18 @@ def combine(workload: str, mine: dict[str, Any], ref: dict[str, Any]) -> dict[st
     """The result row of a workload from its Strata and reference parts."""
     target = TARGETS[workload]
     row: dict[str, Any] = {"workload": workload, "description": DESCRIPTIONS[workload]}
+    if workload == "MINIO_COMMIT":
+        row.update({
+            "p50_ms": round(mine["p50_ms"], 2), "p99_ms": round(mine["p99_ms"], 2),
+            "mean_ms": round(mine["mean_ms"], 2), "max_ms": round(mine["max_ms"], 2), "commits": mine["commits"],
+            "lock": mine["lock"], "cpu_ms": round(mine["cpu_ms"], 2),
+            "reference_p50_ms": round(ref["p50_ms"], 2), "reference_p99_ms": round(ref["p99_ms"], 2),
+            "ratio": _sig(mine["p50_ms"] / ref["p50_ms"]) if ref["p50_ms"] > 0 else None,
+            "runs_ms": [round(t, 2) for t in mine["runs_ms"]],
+            "peak_rss_mb": mine["peak_rss_mb"], "reference_peak_rss_mb": ref["peak_rss_mb"],
+            "target": f"p50 {target} ms", "pass": target.met(mine["p50_ms"]),
+        })
+        return row
     if workload == "W4":
         ratio = mine["latency_ms"] / ref["latency_ms"] if ref["latency_ms"] > 0 else float("inf")
         row.update({
@@ -284,6 +319,12 @@ def format_report(report: dict[str, Any]) -> str:
             continue
         status = "PASS" if r["pass"] else "MISS"
         cpu = f"{r['cpu_ratio']:.2f}" if r.get("cpu_ratio") is not None else ""
+        if r["workload"] == "MINIO_COMMIT":
+            rows.append([r["workload"], "commit p50 ms", f"{r['p50_ms']:,.1f}", f"{r['reference_p50_ms']:,.1f}",
+                         f"{r['ratio']:.2f}", r["target"], status, f"{r['peak_rss_mb']:,.0f}", ""])
+            rows.append([r["workload"], "commit p99 ms", f"{r['p99_ms']:,.1f}", f"{r['reference_p99_ms']:,.1f}",
+                         "", "", "", "", ""])
+            continue
         if r["workload"] == "W4":
             rows.append([r["workload"], "latency ms", f"{r['latency_ms']:,.1f}",
                          f"{r['reference_latency_ms']:,.1f}", f"{r['ratio']:.2f}", r["target"], status,
@@ -311,6 +352,8 @@ def format_report(report: dict[str, Any]) -> str:
                f"{machine.get('load_average_end')} at end")
     out.append("ratio: wall-clock throughput (W4: latency) against the reference, what the targets "
                "apply to; cpu ratio: the same with CPU seconds, insensitive to other load")
+    for skip in report.get("skipped", []):
+        out.append(f"skipped {skip['workload']}: {skip['reason']}")
     unverified = [r["workload"] for r in report["results"] if r.get("verified") is False]
     if unverified:
         out.append(f"WARNING: Strata's results differ from the reference in {', '.join(unverified)}")

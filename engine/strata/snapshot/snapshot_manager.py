@@ -32,7 +32,12 @@ class SnapshotManager:
         return Snapshot.from_json(data, where=path)
 
     def exists(self, snapshot_id: int) -> bool:
-        return self.file_io.exists(self.path(snapshot_id))
+        # a file probe only (one HEAD on an object store; FileIO.exists also lists, for directories)
+        try:
+            self.file_io.file_size(self.path(snapshot_id))
+            return True
+        except FileNotFoundError:
+            return False
 
     def _hint(self, name: str) -> int | None:
         try:

@@ -168,8 +168,8 @@ class StrataBatchReader(DataSourceReader):
             splits = [s for sid in range(start + 1, end + 1) for s in scan.plan_changes(sid)]
         else:
             splits = self._snapshot_splits(table)
-        target = parse_memory(self.settings.get("source.split.target-size", "128 mb"))
-        open_cost = parse_memory(self.settings.get("source.split.open-file-cost", "4 mb"))
+        target = _size_option(self.settings, "source.split.target-size", DEFAULT_TARGET_SPLIT)
+        open_cost = _size_option(self.settings, "source.split.open-file-cost", DEFAULT_OPEN_FILE_COST)
         return list(pack_splits(splits, target, open_cost))
 
     def _snapshot_splits(self, table: Table) -> list[DataSplit]:
@@ -186,7 +186,8 @@ class StrataBatchReader(DataSourceReader):
 
     # -- executors -------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SplitGroup)
+        if not isinstance(partition, SplitGroup):
+            return  # Spark plans one empty InputPartition when partitions() returns none
         table = self.ref.load()
         projection = Projection(table, self.schema)
         read = table.new_read(projection.columns, self.predicate)
@@ -220,6 +221,11 @@ def pack_splits(splits: Sequence[DataSplit], target: int, open_cost: int) -> Ite
             group, weight = [], 0
     if group:
         yield SplitGroup(group)
+
+
+def _size_option(settings: dict[str, str], key: str, default: int) -> int:
+    value = settings.get(key)
+    return parse_memory(value) if value is not None else default
 
 
 def _int_option(settings: dict[str, str], key: str) -> int | None:

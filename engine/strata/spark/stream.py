@@ -104,10 +104,22 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise OptionError("max-rows-per-trigger must be at least 1")
         self.consumer_saved: int | None = None
         self.consumer_saved_at = 0.0
+        self._driver_table: Table | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_driver_table"] = None  # executors load the table themselves
+        return state
+
+    def _table(self) -> Table:
+        """The table for offsets and consumers, loaded once: latestOffset runs every trigger."""
+        if self._driver_table is None:
+            self._driver_table = self.ref.load()
+        return self._driver_table
 
     # -- offsets (driver) ------------------------------------------------------------------------
     def initialOffset(self) -> dict:
-        table = self.ref.load()
+        table = self._table()
         manager = table.snapshot_manager
         latest = manager.latest_id() or 0
         if self.consumer_id:
@@ -135,7 +147,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.max_rows) if self.max_rows is not None else ReadAllAvailable()
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
-        table = self.ref.load()
+        table = self._table()
         start = start or {}
         position = int(start.get("snapshot", 0))
         base = start.get("base")
@@ -150,13 +162,13 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {**start, "snapshot": end}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.available_now_end = self.ref.load().snapshot_manager.latest_id() or 0
+        self.available_now_end = self._table().snapshot_manager.latest_id() or 0
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """One Spark partition per (partition, bucket) with changes, holding that bucket's splits
         in snapshot order: all changes of one key reach one task, in commit order, so a
         pipeline without a shuffle (e.g. a CDC mirror into another table) keeps their order."""
-        table = self.ref.load()
+        table = self.ref.load()  # fresh: the schema may have evolved
         first, last = int(start["snapshot"]) + 1, int(end["snapshot"])
         base = end.get("base")
         scan = table.new_scan()
@@ -169,7 +181,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         if self.consumer_id:
-            self._save_consumer(self.ref.load(), int(end["snapshot"]) + 1)
+            self._save_consumer(self._table(), int(end["snapshot"]) + 1)
 
     def _save_consumer(self, table: Table, next_snapshot: int) -> None:
         """Write when the consumer advances, and at least every CONSUMER_REFRESH_SECONDS while

@@ -10,16 +10,20 @@ snapshot itself. Spark re-runs a batch whose ``commits/<id>`` marker is missing 
 and offsets; the committer finds that (user, id) already published and drops the replay's files.
 
 Distribution and sequence numbers: Spark's write API cannot ask for a distribution, so the rows
-of one bucket may reach several tasks. Each task writes its own files and numbers its records
-from the bucket's current maximum sequence number, so the files of two tasks can carry the same
-sequence numbers. That is harmless for distinct keys. When one primary key occurs in several
-tasks of one write, Spark gives those rows no order anyway, but Strata, Paimon and Trino could
-then break the sequence-number tie differently until the bucket is compacted. For primary-key
-tables, write through ``strata.spark.write_table`` or ``distribute_by_bucket``: it repartitions by
-(partition, bucket), so each bucket is written by exactly one task. Spark writers run
-write-only by default (no compaction in the tasks: two tasks compacting one bucket would
-conflict); compact with ``Table.compact``/``strata compact``, or pass ``write-only=false`` when the
-data is distributed by bucket.
+of one bucket may reach several tasks, each writing its own files. Merging orders the records
+of a key by sequence number; if two tasks numbered theirs from the same start (the bucket's
+maximum + 1), a key written by both would tie, and Strata, Paimon and Trino could resolve the tie
+differently until compaction. So task p numbers its records of a primary-key table from
+maximum + 1 + p * 2^24 (``SEQUENCE_STRIDE``): within one commit, a later Spark partition wins, the
+same way in every reader (unless a task writes more than 2^24 records to one bucket). The
+numbers grow by about (partitions x 2^24) per commit, which leaves 2^63 room for billions of
+commits. Which of two rows of one key in a DataFrame wins is still Spark's arbitrary partition
+order: to control it, ``strata.spark.write_table`` / ``distribute_by_bucket`` repartition by
+(partition, bucket), so each bucket is written by exactly one task, in its input order.
+
+Spark writers run write-only by default (no compaction in the tasks: two tasks compacting one
+bucket would conflict); compact with ``Table.compact`` / ``strata compact``, or pass
+``write-only=false`` when the data is distributed by bucket.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ from strata.table.table import Table
 from strata.table.write import TableWrite
 
 log = logging.getLogger(__name__)
+SEQUENCE_STRIDE = 1 << 24  # sequence numbers set aside per Spark task and bucket in one commit
+COALESCE_ROWS = 128 * 1024
 
 
 @dataclass
@@ -67,23 +73,39 @@ def write_task(ref: TableRef, batches: Iterable[pa.RecordBatch], write_only: boo
                commit_user: str) -> StrataWriterMessage:
     """Write one task's rows into new files; on failure delete what was written."""
     table = ref.load()
+    partition_id = _partition_id()
+    offset = max(partition_id, 0) * SEQUENCE_STRIDE if table.schema.primary_keys else 0
     # compaction=False: no compaction in this task; None: as the table says (`write-only`)
-    writer = TableWrite(table, compaction=False if write_only else None, commit_user=commit_user)
+    writer = TableWrite(table, compaction=False if write_only else None, commit_user=commit_user,
+                        sequence_offset=offset)
     rows = 0
+    pending: list[pa.RecordBatch] = []
+    pending_rows = 0
     try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            data, kinds = to_table_rows(pa.Table.from_batches([batch]), table)
-            writer.write_arrow(data, row_kind=kinds)
-            rows += batch.num_rows
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            if pending_rows >= COALESCE_ROWS:  # Spark's batches are small (10k rows): fewer, larger writes
+                rows += _write_rows(writer, table, pending)
+                pending, pending_rows = [], 0
+        rows += _write_rows(writer, table, pending)
         messages = writer.prepare_commit()
     except BaseException:
         _discard_partial(table, writer)
         raise
     finally:
         writer.close()
-    return StrataWriterMessage(messages, rows, _partition_id())
+    return StrataWriterMessage(messages, rows, partition_id)
+
+
+def _write_rows(writer: TableWrite, table: Table, batches: list[pa.RecordBatch]) -> int:
+    if not batches:
+        return 0
+    data, kinds = to_table_rows(pa.Table.from_batches(batches), table)
+    writer.write_arrow(data, row_kind=kinds)
+    return data.num_rows
 
 
 def to_table_rows(data: pa.Table, table: Table) -> tuple[pa.Table, pa.Array | None]:
