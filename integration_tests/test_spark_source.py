@@ -122,6 +122,9 @@ def test_append_into_pk_and_append_tables_reads_back_as_strata(session: SparkSes
     # an upsert of 100 keys through the bucket-distributing helper, and the same rows appended
     update = orders_df(session, range(500, 700), name="u")
     write_table(update, uri(catalog, "db.orders"))
+    # distributed by bucket: each (partition, bucket) was written by exactly one task
+    delta = pk.new_scan().plan_delta(pk.snapshot_manager.latest_id() or 0)
+    assert len(delta) == 6 and all(len(split.files) == 1 for split in delta)
     update.write.format("strata").mode("append").save(uri(catalog, "db.log"))
 
     pk_rows, log_rows = pk.to_arrow(), log.to_arrow()

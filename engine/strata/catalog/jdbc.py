@@ -352,6 +352,8 @@ class JdbcCatalog(Catalog):
         margin = min(5.0, locks.expire_seconds / 4)
 
         def publish_under_lock(manager: SnapshotManager, snapshot: Snapshot) -> bool:
+            if manager.exists(snapshot.id):  # already lost: do not queue for the lock to learn it
+                return False
             with locks.lock(database, name) as lock:
                 if manager.exists(snapshot.id):
                     return False

@@ -85,16 +85,23 @@ class _BucketAssigner:
 
     def __call__(self, batches: Any) -> Any:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         from strata.format.bucket import bucket_ids
-        from strata.spark.writer import to_table_rows
-        from strata.table.conform import conform
+        from strata.spark.types import truncate_timestamps
 
         table = self.ref.load()
         keys = table.schema.bucket_keys()
+        types = [table.schema.field(k).type.to_arrow() for k in keys]
         count = table.core.bucket
+        spark_names: list[str] | None = None
         for batch in batches:
-            data, _ = to_table_rows(pa.Table.from_batches([batch]), table)
-            conformed = conform(data, table.schema, f"table {table.identifier}")
-            ids = bucket_ids([conformed.column(k) for k in keys], count)
+            if spark_names is None:
+                by_lower = {c.lower(): c for c in batch.schema.names}
+                spark_names = [k if k in batch.schema.names else by_lower[k.lower()] for k in keys]
+            # the hash depends on the exact type: cast the key columns to the table's types
+            key_table = truncate_timestamps(pa.Table.from_batches([batch.select(spark_names)]).rename_columns(keys),
+                                            table.schema)
+            columns = [c if c.type == t else pc.cast(c, t) for c, t in zip(key_table.columns, types, strict=True)]
+            ids = bucket_ids(columns, count)
             yield batch.append_column(BUCKET_COLUMN, pa.array(ids, pa.int32()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pyarrow as pa
 
@@ -58,3 +59,15 @@ PK_SCHEMA = pa.schema([("dt", pa.string()), ("id", pa.int32()), ("v", pa.int64()
 def pk_batch(dt: str, ids: list[int], v: int) -> pa.Table:
     return pa.table({"dt": [dt] * len(ids), "id": pa.array(ids, pa.int32()), "v": pa.array([v] * len(ids), pa.int64())},
                     schema=PK_SCHEMA)
+
+
+def read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def read_json(path: str) -> Any:
+    import json
+
+    with open(path) as f:
+        return json.load(f)

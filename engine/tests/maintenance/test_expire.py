@@ -9,7 +9,7 @@ import os
 
 import pyarrow as pa
 import pytest
-from maintenance_helpers import PK_SCHEMA, age, files_on_disk, live_paths, pk_batch, rows
+from maintenance_helpers import PK_SCHEMA, age, files_on_disk, live_paths, pk_batch, read_json, read_text, rows
 
 from strata.catalog.filesystem import FileSystemCatalog
 from strata.fs.file_io import LocalFileIO
@@ -68,7 +68,7 @@ def test_expiry_keeps_what_retained_snapshots_and_tags_need(catalog, kind):
     assert result.expired == list(range(1, latest - 2))
     retained = [s.id for s in table.snapshots()]
     assert retained == [latest - 2, latest - 1, latest]
-    assert open(f"{table.path}/snapshot/EARLIEST").read() == str(latest - 2)
+    assert read_text(f"{table.path}/snapshot/EARLIEST") == str(latest - 2)
     for sid in range(1, latest - 2):
         assert not os.path.exists(table.snapshot_manager.path(sid))
     # every retained snapshot and tag reads as before
@@ -168,7 +168,7 @@ def _set_times(table, base_millis):
     """Rewrite snapshot N's timeMillis to base + N seconds (for time-retained tests)."""
     for sid in range(1, table.snapshot_manager.latest_id() + 1):
         path = table.snapshot_manager.path(sid)
-        obj = json.load(open(path))
+        obj = read_json(path)
         obj["timeMillis"] = base_millis + sid * 1000
         with open(path, "w") as f:
             json.dump(obj, f)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 
 import pyarrow as pa
 import pytest
-from maintenance_helpers import PK_SCHEMA, age, files_on_disk, live_paths, pk_batch, rows
+from maintenance_helpers import PK_SCHEMA, age, files_on_disk, live_paths, pk_batch, read_json, rows
 
 from strata.operation.partition_expire import java_pattern_to_strptime, parse_partition_time
 
@@ -178,7 +177,7 @@ def test_consumer_files(table):
     assert table.consumers.consumers() == {}
     table.reset_consumer("etl", 3)
     table.reset_consumer("audit", 2)
-    assert json.load(open(f"{table.path}/consumer/consumer-etl")) == {"nextSnapshot": 3}
+    assert read_json(f"{table.path}/consumer/consumer-etl") == {"nextSnapshot": 3}
     assert table.consumers.consumer("etl") == 3 and table.consumers.consumer("nope") is None
     assert table.consumers.min_next_snapshot() == 2
     assert {r["consumer_id"]: r["next_snapshot_id"] for r in table.system_table("consumers").to_pylist()} == \

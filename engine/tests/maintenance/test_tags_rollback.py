@@ -9,7 +9,7 @@ import os
 
 import pyarrow as pa
 import pytest
-from maintenance_helpers import PK_SCHEMA, files_on_disk, live_paths, pk_batch, rows
+from maintenance_helpers import PK_SCHEMA, files_on_disk, live_paths, pk_batch, read_json, read_text, rows
 
 from strata.errors import SnapshotNotFoundError
 from strata.operation.expire import expire_tags
@@ -49,10 +49,10 @@ def test_create_list_delete_and_time_travel(table):
 
 def test_tag_file_is_paimons_shape(table):
     table.create_tag("plain", 2)
-    plain = json.load(open(table.tags.path("plain")))
+    plain = read_json(table.tags.path("plain"))
     assert plain["id"] == 2 and "tagCreateTime" not in plain and "tagTimeRetained" not in plain
     table.create_tag("kept", 3, time_retained="1 h")
-    kept = json.load(open(table.tags.path("kept")))
+    kept = read_json(table.tags.path("kept"))
     assert isinstance(kept["tagCreateTime"], list) and len(kept["tagCreateTime"]) == 7
     assert kept["tagTimeRetained"] == 3600.0
     info = table.tags.info("kept")
@@ -114,7 +114,7 @@ def test_rollback_to_snapshot(table):
     result = table.rollback_to(3)
     assert result.deleted_snapshots == [4, 5, 6] and result.deleted_tags == ["v5"]
     assert [s.id for s in table.snapshots()] == [1, 2, 3]
-    assert open(f"{table.path}/snapshot/LATEST").read() == "3"
+    assert read_text(f"{table.path}/snapshot/LATEST") == "3"
     assert rows(table) == expected[3]
     assert rows(table, tag="v2") == expected[2]
     assert table.tags.names() == ["v2"]
@@ -134,7 +134,7 @@ def test_rollback_to_tag_and_to_a_tag_whose_snapshot_expired(table):
     table.rollback_to("v4")
     assert [s.id for s in table.snapshots()] == [4]
     assert table.snapshot_manager.earliest_id() == 4 and table.snapshot_manager.latest_id() == 4
-    assert "tagCreateTime" not in json.load(open(table.snapshot_manager.path(4)))
+    assert "tagCreateTime" not in read_json(table.snapshot_manager.path(4))
     assert rows(table) == expected[4]
     assert rows(table, tag="v2") == expected[2]
     table.rollback_to(2)  # an expired snapshot id: found through its tag, as Paimon does
