@@ -33,7 +33,7 @@ MINIO_WORKLOADS = ("MINIO_COMMIT", "W1_minio", "W3_minio")
 PARTS = ("strata", "reference")
 DESCRIPTIONS = {
     "W1": "append table, partitioned by dt: 10 commits",
-    "W2": "PK table (dt, id), bucket 4, write-only: 10 upsert commits (half updates) on a base",
+    "W2": "PK table (dt, id), one bucket per partition, write-only: 10 upsert commits (half updates) on a base",
     "W3": "full merged read of the W2 table (base + 10 level-0 runs)",
     "W4": "id BETWEEN x AND x+1000 on the W2 table (median of 7)",
     "MINIO_COMMIT": "100 small commits (10 rows) to MinIO under the JDBC lock: latency",

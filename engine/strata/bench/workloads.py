@@ -3,7 +3,8 @@ executes every part in its own process so that its peak RSS is its own.
 
 W1  append table (bucket -1, partitioned by dt): COMMITS commits of new rows.
     reference: pyarrow.parquet.write_table of the same chunks (zstd level 1), one file each.
-W2  primary-key table (dt, id), bucket 4, write-only (no compaction): a base, then COMMITS timed
+W2  primary-key table (dt, id), one bucket per partition (~250k rows each, the sizing Paimon
+    recommends), write-only (no compaction): a base, then COMMITS timed
     upsert commits.
     reference: pyarrow.parquet.write_table of the same upsert chunks.
 W3  full merged read of the W2 table (base + COMMITS unmerged level-0 runs).
