@@ -14,11 +14,12 @@ compaction job runs ``Table.compact(full=True)`` in a loop meanwhile; a conflict
 acceptable (counted), and the table must stay readable after each. Keys are owned by one writer,
 so the model (each writer's commits replayed in order) does not depend on the interleaving.
 
-Scale: the issue's 8 writers x 50 commits with the lock: 2.0 min of commits (2.2 min for the
-test) on the 2-vCPU development machine, shared with other jobs, for 9 Python processes; 3.7 min
-before the publisher learned to check ``snapshot-N`` before queueing for the lock. The lock-free
-conditional-PUT mode runs 8 x 20 (about 40 s) and the no-lock demonstration 8 x 15 (about 45 s a
-trial, up to 3 trials until a loss shows; the first lost 20 of 120 commits).
+Scale: the issue's 8 writers x 50 commits with the lock, 9 Python processes on the 2-vCPU
+development machine: 69 s of commits (76 s for the test) when the machine was otherwise quiet,
+2.0 min while other jobs loaded it (3.7 min before the publisher learned to check ``snapshot-N``
+before queueing for the lock). The lock-free conditional-PUT mode runs 8 x 20 (25-40 s) and the
+no-lock demonstration 8 x 15 (20-45 s a trial, up to 3 trials until a loss shows; each run so far
+lost 20-22 of 120 commits in its first trial).
 ``STRATA_CC_WRITERS`` / ``STRATA_CC_COMMITS`` override the locked scale.
 """
 
