@@ -3,37 +3,17 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from strata_platform.services.base import Service
+from strata_platform.services.base import Service, listening_addresses
 
 pytestmark = pytest.mark.prometheus
 
-
-def listening_addresses(port: int) -> set[str]:
-    """Local addresses with a TCP socket in LISTEN state on `port` (from /proc/net/tcp{,6})."""
-    found: set[str] = set()
-    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        for line in lines:
-            fields = line.split()
-            address, port_hex = fields[1].split(":")
-            if fields[3] != "0A" or int(port_hex, 16) != port:  # 0A = LISTEN
-                continue
-            raw = bytes.fromhex(address)
-            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-            found.add(socket.inet_ntop(family, raw))
-    return found
 
 
 def api(service: Service, path: str, **params: str) -> Any:

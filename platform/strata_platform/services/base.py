@@ -263,8 +263,6 @@ def listening_sockets(pid: int) -> set[tuple[str, int]]:
     Read from /proc (no `ss` needed); IPv4-mapped IPv6 addresses are reported as IPv4. Lets a
     test assert that a server we started listens on the loopback interface only.
     """
-    import ipaddress
-
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -286,7 +284,19 @@ def listening_sockets(pid: int) -> set[tuple[str, int]]:
                 continue
             if link.startswith("socket:["):
                 inodes.add(link[8:-1])
-    found: set[tuple[str, int]] = set()
+    return {(address, port) for address, port, inode in _listening_rows() if inode in inodes}
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses with a TCP socket in LISTEN state on `port`, whoever holds it."""
+    return {address for address, listen_port, _ in _listening_rows() if listen_port == port}
+
+
+def _listening_rows() -> list[tuple[str, int, str]]:
+    """(address, port, socket inode) of every listening TCP socket, from /proc/net/tcp{,6}."""
+    import ipaddress
+
+    rows_out = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             rows = Path(table).read_text().splitlines()[1:]
@@ -294,12 +304,12 @@ def listening_sockets(pid: int) -> set[tuple[str, int]]:
             continue
         for row in rows:
             cols = row.split()
-            if cols[3] != "0A" or cols[9] not in inodes:  # 0A = LISTEN
+            if cols[3] != "0A":  # 0A = LISTEN
                 continue
             raw, port = cols[1].split(":")
             packed = b"".join(bytes.fromhex(raw[i:i + 8])[::-1] for i in range(0, len(raw), 8))
             addr: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(packed)
             if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
                 addr = addr.ipv4_mapped
-            found.add((str(addr), int(port, 16)))
-    return found
+            rows_out.append((str(addr), int(port, 16), cols[9]))
+    return rows_out
