@@ -1,5 +1,5 @@
-"""Fixtures of the schema-evolution tests: a fresh warehouse per test, and engine/tests on
-sys.path (for the shared pypaimon oracle)."""
+"""Fixtures shared by the engine tests: a fresh local warehouse per test with a database `db`,
+and engine/tests on sys.path (for the shared pypaimon oracle and table helpers)."""
 
 import sys
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 
 import strata
 
-_TESTS = str(Path(__file__).resolve().parents[1])
+_TESTS = str(Path(__file__).resolve().parents[0])
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
