@@ -15,6 +15,8 @@ MINIO_COMMIT, W1_minio and W3_minio (``strata.bench.minio``) run against MinIO w
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -25,10 +27,26 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "MINIO_COMMIT", "W1_minio", "W3_minio")
+from strata.bench.spec import Target, Workload
+
+CORE_WORKLOADS = ("W1", "W2", "W3", "W4", "MINIO_COMMIT", "W1_minio", "W3_minio")
+# modules of strata.bench defining further workloads (see strata.bench.spec), in report order
+EXTENSIONS = ("compaction", "spark_stream", "log_store")
+
+
+def extension_workloads() -> dict[str, Workload]:
+    found: dict[str, Workload] = {}
+    for name in EXTENSIONS:
+        module_name = f"{__name__}.{name}"
+        if importlib.util.find_spec(module_name) is not None:
+            found.update(importlib.import_module(module_name).WORKLOADS)
+    return found
+
+
+EXTENDED = extension_workloads()
+WORKLOADS = (*CORE_WORKLOADS, *EXTENDED)
 MINIO_WORKLOADS = ("MINIO_COMMIT", "W1_minio", "W3_minio")
 PARTS = ("strata", "reference")
 DESCRIPTIONS = {
@@ -41,18 +59,6 @@ DESCRIPTIONS = {
     "W3_minio": "W3 (full merged read of the W2 table) on MinIO",
 }
 W2_RSS_LIMIT_MB = 1500.0
-
-
-@dataclass(frozen=True)
-class Target:
-    op: str  # ">=" or "<="
-    value: float
-
-    def met(self, ratio: float) -> bool:
-        return ratio >= self.value if self.op == ">=" else ratio <= self.value
-
-    def __str__(self) -> str:
-        return f"{self.op} {self.value:g}"
 
 
 TARGETS = {"W1": Target(">=", 0.6), "W2": Target(">=", 0.30), "W3": Target(">=", 0.35),
@@ -75,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     # internal: run one part of one workload in this process
     parser.add_argument("--workload", choices=WORKLOADS, help=argparse.SUPPRESS)
-    parser.add_argument("--part", choices=PARTS, default="strata", help=argparse.SUPPRESS)
+    parser.add_argument("--part", default="strata", help=argparse.SUPPRESS)
     parser.add_argument("--json-out", default=None, help=argparse.SUPPRESS)
     return parser
 
@@ -127,7 +133,8 @@ def _run_part(args: argparse.Namespace) -> int:
     from strata.bench.minio import PARTS as MINIO_PARTS
     from strata.bench.workloads import PARTS as FUNCTIONS
 
-    FUNCTIONS = {**FUNCTIONS, **MINIO_PARTS}
+    FUNCTIONS = {**FUNCTIONS, **MINIO_PARTS,
+                 **{(name, part): fn for name, w in EXTENDED.items() for part, fn in w.parts.items()}}
 
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="strata-bench-")
     os.makedirs(work_dir, exist_ok=True)
@@ -154,13 +161,16 @@ def peak_rss_mb() -> float:
 def run(workloads: Sequence[str], scale: float, work_dir: str, quiet: bool = False) -> dict[str, Any]:
     load_start = _load_average()
     results = []
-    skipped = []
+    skipped: list[dict[str, Any]] = []
     minio_unavailable = None
     if any(w in MINIO_WORKLOADS for w in workloads):
         from strata.bench.minio import unavailable
 
         minio_unavailable = unavailable()
     for workload in workloads:
+        if workload in EXTENDED:
+            results.extend(_run_extended(workload, EXTENDED[workload], scale, work_dir, quiet, skipped))
+            continue
         if workload in MINIO_WORKLOADS and minio_unavailable:
             print(f"[bench] {workload} skipped: {minio_unavailable}", file=sys.stderr, flush=True)
             skipped.append({"workload": workload, "reason": minio_unavailable})
@@ -186,8 +196,38 @@ def run(workloads: Sequence[str], scale: float, work_dir: str, quiet: bool = Fal
     machine = machine_info()
     machine["load_average_start"], machine["load_average_end"] = load_start, _load_average()
     return {"results": results, "skipped": skipped, "machine": machine, "scale": scale,
-            "targets": {w: str(t) for w, t in TARGETS.items()} | {"W2_peak_rss_mb": f"< {W2_RSS_LIMIT_MB:g}"},
+            "targets": {w: str(t) for w, t in TARGETS.items()} | {"W2_peak_rss_mb": f"< {W2_RSS_LIMIT_MB:g}"}
+            | {name: f"{w.key} {w.target}" for name, w in EXTENDED.items()},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def _run_extended(name: str, workload: Workload, scale: float, work_dir: str, quiet: bool,
+                  skipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    why = workload.unavailable() if workload.unavailable else None
+    if why:
+        print(f"[bench] {name} skipped: {why}", file=sys.stderr, flush=True)
+        skipped.append({"workload": name, "reason": why})
+        return []
+    parts: dict[str, dict[str, Any]] = {}
+    errors = []
+    for part in workload.parts:
+        if not quiet:
+            print(f"[bench] {name} {part} ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        try:
+            parts[part] = _spawn(name, part, scale, work_dir)
+        except RuntimeError as exc:
+            errors.append(f"{part}: {exc}")
+        if not quiet:
+            print(f"[bench] {name} {part} done in {time.perf_counter() - started:.1f}s", file=sys.stderr, flush=True)
+    row: dict[str, Any] = {"workload": name, "description": workload.description}
+    if errors:
+        return [{**row, "error": "; ".join(errors)}]
+    row.update(workload.summarize(parts))
+    row["peak_rss_mb"] = max(p["peak_rss_mb"] for p in parts.values())
+    row["target"] = f"{workload.key} {workload.target}"
+    row["pass"] = workload.target.met(row[workload.key])
+    return [row]
 
 
 def _spawn(workload: str, part: str, scale: float, work_dir: str) -> dict[str, Any]:
@@ -309,6 +349,23 @@ def machine_info() -> dict[str, Any]:
 # -- the printed table -----------------------------------------------------------------------------
 
 
+def _extended_lines(row: dict[str, Any], workload: Workload, status: str) -> list[list[str]]:
+    def shown(value: Any) -> str:
+        return f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
+
+    # the strata/reference columns show "value"/"reference" when the summary has them (e.g. rows/s
+    # behind a ratio target), else the target's key itself
+    reference, ratio = row.get("reference"), row.get("ratio")
+    lines = [[row["workload"], workload.metric, shown(row.get("value", row[workload.key])),
+              shown(reference) if reference is not None else "",
+              f"{ratio:.2f}" if isinstance(ratio, float) else "",
+              str(workload.target), status, f"{row['peak_rss_mb']:,.0f}", ""]]
+    for label, key in workload.extra_lines:
+        if key in row:
+            lines.append([row["workload"], label, shown(row[key]), "", "", "", "", "", ""])
+    return lines
+
+
 def format_report(report: dict[str, Any]) -> str:
     headers = ["workload", "metric", "strata", "reference", "ratio", "target", "result", "peak RSS MB",
                "cpu ratio"]
@@ -318,6 +375,9 @@ def format_report(report: dict[str, Any]) -> str:
             rows.append([r["workload"], "ERROR", r["error"][:60], "", "", "", "ERROR", "", ""])
             continue
         status = "PASS" if r["pass"] else "MISS"
+        if r["workload"] in EXTENDED:
+            rows.extend(_extended_lines(r, EXTENDED[r["workload"]], status))
+            continue
         cpu = f"{r['cpu_ratio']:.2f}" if r.get("cpu_ratio") is not None else ""
         if r["workload"] == "MINIO_COMMIT":
             rows.append([r["workload"], "commit p50 ms", f"{r['p50_ms']:,.1f}", f"{r['reference_p50_ms']:,.1f}",
