@@ -175,19 +175,7 @@ def run(workloads: Sequence[str], scale: float, work_dir: str, quiet: bool = Fal
             print(f"[bench] {workload} skipped: {minio_unavailable}", file=sys.stderr, flush=True)
             skipped.append({"workload": workload, "reason": minio_unavailable})
             continue
-        parts: dict[str, dict[str, Any]] = {}
-        errors = []
-        for part in PARTS:
-            if not quiet:
-                print(f"[bench] {workload} {part} ...", file=sys.stderr, flush=True)
-            started = time.perf_counter()
-            try:
-                parts[part] = _spawn(workload, part, scale, work_dir)
-            except RuntimeError as exc:
-                errors.append(f"{part}: {exc}")
-            if not quiet:
-                print(f"[bench] {workload} {part} done in {time.perf_counter() - started:.1f}s",
-                      file=sys.stderr, flush=True)
+        parts, errors = _run_parts(workload, PARTS, scale, work_dir, quiet)
         if errors:
             results.append({"workload": workload, "description": DESCRIPTIONS[workload],
                             "error": "; ".join(errors)})
@@ -208,18 +196,7 @@ def _run_extended(name: str, workload: Workload, scale: float, work_dir: str, qu
         print(f"[bench] {name} skipped: {why}", file=sys.stderr, flush=True)
         skipped.append({"workload": name, "reason": why})
         return []
-    parts: dict[str, dict[str, Any]] = {}
-    errors = []
-    for part in workload.parts:
-        if not quiet:
-            print(f"[bench] {name} {part} ...", file=sys.stderr, flush=True)
-        started = time.perf_counter()
-        try:
-            parts[part] = _spawn(name, part, scale, work_dir)
-        except RuntimeError as exc:
-            errors.append(f"{part}: {exc}")
-        if not quiet:
-            print(f"[bench] {name} {part} done in {time.perf_counter() - started:.1f}s", file=sys.stderr, flush=True)
+    parts, errors = _run_parts(name, list(workload.parts), scale, work_dir, quiet)
     row: dict[str, Any] = {"workload": name, "description": workload.description}
     if errors:
         return [{**row, "error": "; ".join(errors)}]
@@ -228,6 +205,25 @@ def _run_extended(name: str, workload: Workload, scale: float, work_dir: str, qu
     row["target"] = f"{workload.key} {workload.target}"
     row["pass"] = workload.target.met(row[workload.key])
     return [row]
+
+
+def _run_parts(workload: str, part_names: Sequence[str], scale: float, work_dir: str,
+               quiet: bool) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each part of a workload in its own process: the results by part, and the errors."""
+    parts: dict[str, dict[str, Any]] = {}
+    errors = []
+    for part in part_names:
+        if not quiet:
+            print(f"[bench] {workload} {part} ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        try:
+            parts[part] = _spawn(workload, part, scale, work_dir)
+        except RuntimeError as exc:
+            errors.append(f"{part}: {exc}")
+        if not quiet:
+            print(f"[bench] {workload} {part} done in {time.perf_counter() - started:.1f}s",
+                  file=sys.stderr, flush=True)
+    return parts, errors
 
 
 def _spawn(workload: str, part: str, scale: float, work_dir: str) -> dict[str, Any]:
