@@ -59,6 +59,22 @@ class Catalog(ABC):
     @abstractmethod
     def drop_table(self, name: str | Identifier, ignore_if_not_exists: bool = False) -> None: ...
 
+    @abstractmethod
+    def _database_exists(self, name: str) -> bool: ...
+
+    def _new_table_schema(self, ident: Identifier, schema: pa.Schema | TableSchema,
+                          partition_keys: list[str] | None, primary_keys: list[str] | None,
+                          options: Mapping[str, str] | None, comment: str | None) -> TableSchema:
+        """The validated schema-0 of a table about to be created in an existing database."""
+        from strata.catalog.definition import build_schema, validate_schema
+        from strata.errors import DatabaseNotFoundError
+
+        if not self._database_exists(ident.database):
+            raise DatabaseNotFoundError(f"database {ident.database!r} does not exist")
+        table_schema = build_schema(schema, partition_keys, primary_keys, options, comment)
+        validate_schema(table_schema, str(ident))
+        return table_schema
+
     def table_exists(self, name: str | Identifier) -> bool:
         from strata.errors import TableNotFoundError
 

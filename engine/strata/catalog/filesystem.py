@@ -6,20 +6,16 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from strata import options as opts
 from strata.catalog.base import Catalog, Identifier
 from strata.errors import (
     DatabaseNotEmptyError,
     DatabaseNotFoundError,
-    OptionError,
-    SchemaMismatchError,
     TableAlreadyExistsError,
     TableNotFoundError,
 )
 from strata.fs import FileIO, file_io_for
-from strata.mergetree.merge_function import validate_merge_options
 from strata.schema.schema_manager import SchemaManager
-from strata.schema.table_schema import TableSchema, schema_from_arrow
+from strata.schema.table_schema import TableSchema
 from strata.table.table import Table
 
 DB_SUFFIX = ".db"
@@ -78,10 +74,7 @@ class FileSystemCatalog(Catalog):
                      options: Mapping[str, str] | None = None, comment: str | None = None,
                      ignore_if_exists: bool = False) -> Table:
         ident = Identifier.parse(name)
-        if not self._database_exists(ident.database):
-            raise DatabaseNotFoundError(f"database {ident.database!r} does not exist")
-        table_schema = build_schema(schema, partition_keys, primary_keys, options, comment)
-        validate_schema(table_schema, str(ident))
+        table_schema = self._new_table_schema(ident, schema, partition_keys, primary_keys, options, comment)
         manager = SchemaManager(self.file_io, self.table_path(ident))
         try:
             manager.create(table_schema, str(ident))
@@ -109,73 +102,6 @@ class FileSystemCatalog(Catalog):
                 return
             raise TableNotFoundError(f"table {ident} does not exist")
         self.file_io.delete_dir(self.table_path(ident))
-
-
-def build_schema(schema: pa.Schema | TableSchema, partition_keys: list[str] | None,
-                 primary_keys: list[str] | None, options: Mapping[str, str] | None,
-                 comment: str | None) -> TableSchema:
-    if isinstance(schema, TableSchema):
-        return schema
-    opt = dict(options or {})
-    pks = primary_keys if primary_keys is not None else _split(opt.pop("primary-key", None))
-    parts = partition_keys if partition_keys is not None else _split(opt.pop("partition", None))
-    return schema_from_arrow(schema, parts, pks, opt, comment)
-
-
-def _split(value: str | None) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else []
-
-
-def validate_schema(schema: TableSchema, where: str) -> None:
-    """Reject what Strata (or Paimon) cannot store, naming the column or option."""
-    opts.validate(schema.options, f"table {where}")
-    names = schema.field_names
-    if len(set(names)) != len(names):
-        raise SchemaMismatchError(f"duplicate column names in table {where}: {names}")
-    for key in schema.partition_keys + schema.primary_keys:
-        if key not in names:
-            raise SchemaMismatchError(f"key column {key!r} of table {where} is not a column: {names}")
-    if schema.primary_keys and not set(schema.partition_keys) <= set(schema.primary_keys):
-        raise SchemaMismatchError(
-            f"primary key {schema.primary_keys} of table {where} must contain the partition keys "
-            f"{schema.partition_keys} (cross-partition upsert is not supported)")
-    core = opts.CoreOptions(schema.options)
-    bucket = core.bucket
-    if schema.primary_keys and bucket < 1:
-        raise SchemaMismatchError(
-            f"primary-key table {where} needs a fixed bucket count: set option 'bucket' to N > 0 "
-            "(dynamic and postpone buckets are not supported)")
-    if not schema.primary_keys and bucket > 0 and not core.bucket_key():
-        raise SchemaMismatchError(f"append table {where} with bucket={bucket} needs option 'bucket-key'")
-    if not schema.primary_keys and bucket == -2:
-        raise SchemaMismatchError(f"postpone bucket is not supported (table {where})")
-    validate_merge_options(schema, f"table {where}")
-    _check_supported(schema, core, where)
-    for key in schema.bucket_keys() if bucket > 0 else []:
-        if key not in names:
-            raise SchemaMismatchError(f"bucket-key column {key!r} of table {where} is not a column")
-        if key in schema.partition_keys:
-            raise SchemaMismatchError(f"bucket-key {key!r} of table {where} cannot be a partition key")
-        if schema.primary_keys and key not in schema.primary_keys:
-            raise SchemaMismatchError(f"bucket-key {key!r} of table {where} must be part of the primary key")
-
-
-def _check_supported(schema: TableSchema, core: opts.CoreOptions, where: str) -> None:
-    """Refuse features Strata would silently get wrong (rather than write an unreadable table)."""
-    from strata.mergetree.merge_function import merge_function_for
-
-    if schema.primary_keys:
-        try:
-            merge_function_for(schema.options)
-        except NotImplementedError as exc:
-            raise OptionError(f"table {where}: {exc}") from None
-    if core.get("deletion-vectors.enabled"):
-        raise OptionError(f"table {where}: deletion-vectors.enabled=true is not supported yet")
-    if not core.get("partition.legacy-name"):
-        raise OptionError(f"table {where}: partition.legacy-name=false is not supported yet")
-    rowkind = core.get_str("rowkind.field")
-    if rowkind and (rowkind not in schema.field_names or not schema.field(rowkind).type.is_string):
-        raise SchemaMismatchError(f"rowkind.field {rowkind!r} of table {where} must name a STRING column")
 
 
 def load_catalog(warehouse: str, **options: str) -> Catalog:

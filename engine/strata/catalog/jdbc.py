@@ -36,7 +36,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from strata.catalog.base import Catalog, Identifier
-from strata.catalog.filesystem import DB_SUFFIX, build_schema, validate_schema
+from strata.catalog.filesystem import DB_SUFFIX
 from strata.catalog.lock import JdbcCatalogLock
 from strata.errors import (
     CorruptMetadataError,
@@ -252,10 +252,7 @@ class JdbcCatalog(Catalog):
                      options: Mapping[str, str] | None = None, comment: str | None = None,
                      ignore_if_exists: bool = False) -> Table:
         ident = Identifier.parse(name)
-        if not self._database_exists(ident.database):
-            raise DatabaseNotFoundError(f"database {ident.database!r} does not exist")
-        table_schema = build_schema(schema, partition_keys, primary_keys, options, comment)
-        validate_schema(table_schema, str(ident))
+        table_schema = self._new_table_schema(ident, schema, partition_keys, primary_keys, options, comment)
         if self._registered(ident):
             if ignore_if_exists:
                 return self.get_table(ident)
