@@ -37,9 +37,8 @@ test-fast: $(STAMP) ## Unit tests only (no services)
 test-integration: $(STAMP) ## Integration tests only (provisions the services they need)
 	$(PY) -m pytest integration_tests -p no:cacheprovider
 
-bench: $(STAMP) ## Benchmarks vs raw pyarrow; writes build/bench.json (ONLY=W1,W3 for a subset; MinIO ones need it up)
-	eval "$$($(SERVICES_CLI) env minio postgres 2>/dev/null)"; \
-	$(PY) -m strata.bench --out build/bench.json $(if $(ONLY),--only $(ONLY),)
+bench: $(STAMP) ## Benchmarks vs raw pyarrow, incl. MinIO/Kafka/Spark ones; writes build/bench.json (ONLY=W1,W3 for a subset)
+	$(SERVICES_CLI) run minio postgres kafka -- $(PY) -m strata.bench --out build/bench.json $(if $(ONLY),--only $(ONLY),)
 
 lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff check engine platform integration_tests

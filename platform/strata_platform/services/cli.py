@@ -1,18 +1,33 @@
-"""`strata-services {install,up,down,check,status,env} [names...]`: drive the local services."""
+"""`strata-services {install,up,down,check,status,env} [names...]`: drive the local services.
+
+`strata-services run NAME... -- COMMAND...` runs a command with those services up and their client
+environment set, then stops the ones it had to start (those already running stay up).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 
 from strata_platform.services import registry
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="strata-services", description=__doc__)
-    parser.add_argument("action", choices=["install", "up", "down", "check", "status", "env"])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in argv:
+        argv, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    parser = argparse.ArgumentParser(prog="strata-services", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["install", "up", "down", "check", "status", "env", "run"])
     parser.add_argument("names", nargs="*", help="services (default: all)")
     args = parser.parse_args(argv)
+    if args.action == "run":
+        if not command:
+            parser.error("run needs a command after --")
+        return run_with(args.names, command)
     names = args.names or list(registry.SERVICES)
     failed = False
     if args.action == "down":
@@ -40,6 +55,24 @@ def main(argv: list[str] | None = None) -> int:
             print(result.line(), flush=True)
             failed |= not result.ok
     return 1 if failed else 0
+
+
+def run_with(names: list[str], command: list[str]) -> int:
+    services = [registry.get(name) for name in names]
+    started = []
+    env = dict(os.environ)
+    try:
+        for service in services:
+            if service.running_pid() is None:
+                started.append(service)
+            seconds = service.start()
+            print(f"{service.name:<11} up in {seconds:.1f}s", file=sys.stderr, flush=True)
+            env.update(service.client_env())
+        return subprocess.run(command, env=env, check=False).returncode
+    finally:
+        for service in reversed(started):
+            service.stop()
+            print(f"{service.name:<11} down", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
