@@ -11,6 +11,11 @@ and no duplicate at the switch. If Kafka's retention has dropped records the rea
 partition's low watermark is past N's offset), it falls back to snapshot-based incremental
 reading (`Table.read_incremental`), logs a warning and counts it in
 `strata.log.metrics.fallback_count()`.
+
+A commit whose log transaction was lost is re-produced later (see `strata.log.kafka`), after the
+offsets its snapshot recorded, with the header `strata.repair`: the reader skips such records of
+snapshots its start snapshot includes, and delivers the others once, possibly a call later than
+the snapshot's own offsets would place them.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import pyarrow as pa
 
 from strata.log import metrics
 from strata.log.kafka import LogSystemError, snapshot_log_offsets
-from strata.log.options import log_options
+from strata.log.options import REPAIR_HEADER, log_options
 from strata.log.serde import decode_values, with_row_kinds
 
 if TYPE_CHECKING:
@@ -146,7 +151,10 @@ class HybridReader:
             for m in keep:
                 self.positions[m.partition()] = m.offset() + 1
             taken += keep
-            if all(self.positions.get(p, 0) >= off for p, off in targets.items()):
+            # a partition is complete once its position passed the target, or a later record was
+            # seen (the records before the target are then all delivered: some may be aborted)
+            beyond = {m.partition() for m in later}
+            if all(self.positions.get(p, 0) >= off or p in beyond for p, off in targets.items()):
                 break
             if time.monotonic() > deadline:
                 raise LogSystemError(f"hybrid read of {self.opts.table}: log offsets {self.positions} did not "
@@ -172,6 +180,16 @@ class HybridReader:
                 raise LogSystemError(f"hybrid read of {self.opts.table} from {self.opts.topic!r}: {err}")
         return out
 
+    def _in_start_snapshot(self, message: Any) -> bool:
+        """A re-produced record (strata.repair) of a snapshot the start snapshot's files include."""
+        headers = message.headers()
+        if not headers or self.snapshot is None:
+            return False
+        for name, value in headers:
+            if name == REPAIR_HEADER:
+                return int(value.split(b" ", 1)[0]) <= self.snapshot.id
+        return False
+
     def _incremental(self, end: int) -> pa.Table:
         if end <= self._last_snapshot:
             return self._empty()
@@ -180,6 +198,7 @@ class HybridReader:
         return changes
 
     def _decode(self, messages: list[Any]) -> pa.Table:
+        messages = [m for m in messages if not self._in_start_snapshot(m)]
         if not messages:
             return self._empty()
         rows, kinds = decode_values([m.value() for m in messages], self._schema)

@@ -12,6 +12,7 @@ _counters: Counter[str] = Counter()
 
 HYBRID_FALLBACKS = "log.hybrid.fallbacks"  # hybrid reads that fell back to snapshots (offsets gone)
 RECORDS_PRODUCED = "log.records.produced"
+RECORDS_REPAIRED = "log.records.repaired"  # re-produced for commits whose transaction never committed
 TRANSACTIONS_COMMITTED = "log.transactions.committed"
 TRANSACTIONS_ABORTED = "log.transactions.aborted"
 

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from strata.table.table import Table
 
 LOG_OFFSETS_PROPERTY = "log.offsets"  # snapshot property: JSON {bucket: next offset}
+# snapshot property: JSON {transactional id: {partition: end offset}} of the commit's transactions
+LOG_TRANSACTIONS_PROPERTY = "log.transactions"
+REPAIR_HEADER = "strata.repair"  # on re-produced records: "<snapshot id> <transactional id>"
 BOOTSTRAP_ENV = "STRATA_KAFKA_BOOTSTRAP"
 # keys of `log.kafka.*` that are Strata's own, not librdkafka settings
 _OWN_KEYS = {"bootstrap-servers", "topic", "writer-id", "transaction-timeout"}

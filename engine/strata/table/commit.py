@@ -32,7 +32,7 @@ class TableCommit:
     def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
                properties: Mapping[str, str] | None = None, watermark: int | None = None) -> CommitResult:
         self._check_open()
-        return self._maintained(self._with_log(messages, lambda: self._commit.commit(
+        return self._maintained(self._with_log(messages, identifier, lambda: self._commit.commit(
             messages, identifier, dict(properties or {}) or None, watermark)))
 
     def overwrite(self, messages: Sequence[CommitMessage], partition: Mapping[str, Any] | None = None,
@@ -49,7 +49,7 @@ class TableCommit:
             targets = sorted({m.partition for m in messages})
             if not targets:
                 return CommitResult()
-        return self._maintained(self._with_log(messages, lambda: self._commit.overwrite(
+        return self._maintained(self._with_log(messages, identifier, lambda: self._commit.overwrite(
             messages, targets, identifier, dict(properties or {}) or None)))
 
     def _maintained(self, result: CommitResult) -> CommitResult:
@@ -61,12 +61,14 @@ class TableCommit:
             maintain_after_commit(self.table, max(result.snapshot_ids))
         return result
 
-    def _with_log(self, messages: Sequence[CommitMessage], run: Callable[[], CommitResult]) -> CommitResult:
+    def _with_log(self, messages: Sequence[CommitMessage], identifier: int,
+                  run: Callable[[], CommitResult]) -> CommitResult:
         """With a log store (log.system=kafka): the snapshot records the log offsets, and the log
-        transaction commits after the snapshot is published (aborts if it fails or is a replay)."""
+        transaction commits after the snapshot is published (aborts if it fails or is a replay;
+        a replay or a failed log commit repairs the published commit's log, see strata.log.kafka)."""
         from strata.log.kafka import log_commit_for
 
-        log_commit = log_commit_for(self.table, messages)
+        log_commit = log_commit_for(self.table, messages, self.commit_user, identifier)
         if log_commit is None:
             return run()
         self._commit.properties_hook = log_commit.snapshot_properties
