@@ -115,6 +115,7 @@ _OPTIONS: list[Option] = [
     Option("compaction.min.file-num", "5", _int_at_least(1), "append compaction min files"),
     Option("compaction.max.file-num", "50", _int_at_least(1), "append compaction max files"),
     Option("full-compaction.delta-commits", None, _int_at_least(1), "full compaction every N commits"),
+    Option("zorder.var-length-contribution", "8", _int_at_least(1), "z-order bytes of a string column"),
     Option("write-only", "false", _bool, "skip compaction and expiry in writers"),
     Option("snapshot.num-retained.min", "10", _int_at_least(1), "min snapshots kept"),
     Option("snapshot.num-retained.max", str(2**31 - 1), _int_at_least(1), "max snapshots kept"),

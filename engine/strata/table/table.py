@@ -152,12 +152,22 @@ class Table:
             return read._schema(True).empty_table()
         return read.to_arrow(splits)
 
-    def compact(self, full: bool = False, partition: Mapping[str, Any] | None = None,
-                commit_user: str | None = None) -> CommitResult:
-        """The dedicated compaction job for this table (or one partition): a COMPACT snapshot."""
+    def compact(self, full: bool = False, partition: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+                commit_user: str | None = None, sort_by: Sequence[str] | None = None,
+                sort_strategy: str | None = None) -> CommitResult:
+        """The dedicated compaction job for this table (or some partitions): a COMPACT snapshot.
+        With `sort_by` (append tables with bucket -1), rewrite the partitions' files sorted by
+        those columns, `sort_strategy` 'order' (default) or 'zorder' (strata.operation.sort_compact)."""
         partitions = None
         if partition is not None:
-            partitions = [self.new_commit()._partition_bytes(partition)]
+            specs = [partition] if isinstance(partition, Mapping) else list(partition)
+            partitions = [self.new_commit()._partition_bytes(p) for p in specs]
+        if sort_by is not None or sort_strategy is not None:
+            from strata.operation.sort_compact import sort_compact
+
+            if sort_by is None:
+                raise ValueError(f"sort_strategy {sort_strategy!r} for table {self.identifier} needs sort_by columns")
+            return sort_compact(self, sort_by, sort_strategy or "order", partitions, commit_user)
         if self.schema.primary_keys:
             with TableWrite(self, compaction=True) as writer:
                 writer.compact(full=full, partitions=partitions)

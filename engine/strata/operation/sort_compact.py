@@ -1,0 +1,176 @@
+"""Sort compaction of append tables (Paimon's ``compact`` with ``order_strategy`` and ``order_by``).
+
+Rewrites every data file of the selected partitions into files sorted by some columns, so that
+each file covers a narrow range of them and file-level min/max statistics prune range queries:
+
+- ``order``: lexicographic by the columns (nulls first); best for filters on the first column.
+- ``zorder``: by the interleaved bits of the columns' order-preserving bytes
+  (``strata.operation.zorder``); clusters on every column at once, for filters on any of them.
+
+Only unaware-bucket append tables (``bucket = -1``) qualify, as in Paimon: the files of a
+bucketed append table keep write order within a bucket (readers may rely on it, like a queue),
+and primary-key files are ordered by key. The result is one COMPACT snapshot that deletes the old
+files and adds the sorted ones; a concurrent compaction of the same files fails it with
+CommitConflictError (concurrent appends are kept). A partition is sorted in memory, as a whole.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from strata import metrics
+from strata.errors import CommitConflictError, CommitFailedError
+from strata.io.data_file_reader import ColumnMapping, read_file
+from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
+from strata.manifest.data_file_meta import DataFileMeta
+from strata.operation.commit import CommitResult
+from strata.operation.zorder import check_zorder_type, zorder_sort_indices
+from strata.table.commit_message import CommitMessage
+from strata.table.paths import PathFactory
+
+if TYPE_CHECKING:
+    from strata.table.table import Table
+
+ORDER = "order"
+ZORDER = "zorder"
+SORT_STRATEGIES = (ORDER, ZORDER)
+
+
+@dataclass
+class SortCompactTask:
+    """All live files of one partition (bucket-0 of an unaware-bucket table)."""
+
+    partition: bytes
+    bucket: int
+    total_buckets: int
+    files: list[DataFileMeta]
+
+
+def sort_compact(table: Table, columns: Sequence[str], strategy: str = ORDER,
+                 partitions: list[bytes] | None = None, commit_user: str | None = None) -> CommitResult:
+    """Sort-compact `partitions` (serialized; None: every partition) and commit one COMPACT
+    snapshot. On failure nothing is committed and the files written so far are deleted."""
+    columns = check_sort_compaction(table, columns, strategy)
+    messages: list[CommitMessage] = []
+    try:
+        for task in plan_sort_compaction(table, partitions):
+            messages.append(run_sort_compaction(table, task, columns, strategy))
+    except BaseException:
+        _delete_written(table, messages)
+        raise
+    try:
+        return table.new_commit(commit_user).commit(messages)
+    except (CommitConflictError, CommitFailedError):
+        _delete_written(table, messages)  # nothing was published
+        raise
+
+
+def check_sort_compaction(table: Table, columns: Sequence[str], strategy: str) -> list[str]:
+    """Refuse tables, strategies and columns sort compaction cannot handle; the sort columns."""
+    where = f"table {table.identifier}"
+    if table.schema.primary_keys:
+        raise ValueError(f"sort compaction of {where} is not supported: it has a primary key "
+                         f"{table.schema.primary_keys} (its files are ordered by key); use compact()")
+    if table.core.bucket != -1:
+        raise ValueError(f"sort compaction of {where} needs bucket = -1 (unaware-bucket append table); "
+                         f"it has bucket = {table.core.bucket}, whose files keep write order per bucket")
+    if strategy not in SORT_STRATEGIES:
+        raise ValueError(f"unknown sort strategy {strategy!r} for {where}: use one of {list(SORT_STRATEGIES)}")
+    names = [c.strip() for c in (columns.split(",") if isinstance(columns, str) else columns) if c.strip()]
+    if not names:
+        raise ValueError(f"sort compaction of {where} needs at least one column to sort by")
+    for name in names:
+        if name not in table.schema.field_names:
+            raise ValueError(f"sort column {name!r} is not a column of {where}: "
+                             f"columns are {table.schema.field_names}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"sort columns of {where} repeat a column: {names}")
+    if strategy == ZORDER:
+        for name in names:
+            try:
+                check_zorder_type(name, table.schema.field(name).type.to_arrow())
+            except TypeError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+    return names
+
+
+def plan_sort_compaction(table: Table, partitions: list[bytes] | None = None) -> list[SortCompactTask]:
+    """One task per selected partition that has files."""
+    groups: dict[tuple[bytes, int, int], list[DataFileMeta]] = defaultdict(list)
+    for entry in table.new_scan().plan_entries():
+        if partitions is None or entry.partition in partitions:
+            groups[(entry.partition, entry.bucket, entry.total_buckets)].append(entry.file)
+    return [SortCompactTask(partition, bucket, total, sorted(files, key=lambda f: f.min_sequence_number))
+            for (partition, bucket, total), files in groups.items()]
+
+
+def run_sort_compaction(table: Table, task: SortCompactTask, columns: Sequence[str],
+                        strategy: str) -> CommitMessage:
+    """Read the task's files, sort the rows and write them into files of about the target size."""
+    from strata.table.write import TableWrite
+
+    started = time.monotonic()
+    config = TableWrite(table).config
+    paths = PathFactory(table.path)
+    bucket_dir = paths.bucket_dir(table.partition_dir(table.new_scan()._partition_values(task.partition)),
+                                  task.bucket)
+    data = pa.concat_tables(list(_read(table, bucket_dir, task.files)))
+    data = data.take(sort_indices(table, data, columns, strategy))
+    writer = DataFileWriter(table.file_io, paths, bucket_dir, config)
+    step = _rows_per_file(task.files, config.target_file_size)
+    sequence = task.files[0].min_sequence_number
+    after: list[DataFileMeta] = []
+    try:
+        for start in range(0, data.num_rows, step):
+            # one write per slice closes a file there: sizes follow the target even where the
+            # writer's own rolling checks size only every ROLL_CHECK_ROWS rows
+            after += writer.write(data.slice(start, step), level=0, file_source=FILE_SOURCE_COMPACT,
+                                  first_sequence=sequence + start)
+    except BaseException:
+        _delete_files(table, bucket_dir, after)
+        raise
+    metrics.compaction_finished(str(table.identifier), time.monotonic() - started, task.files, after)
+    return CommitMessage(task.partition, task.bucket, task.total_buckets,
+                         compact_before=list(task.files), compact_after=after)
+
+
+def sort_indices(table: Table, data: pa.Table, columns: Sequence[str], strategy: str) -> pa.Array:
+    if strategy == ZORDER:
+        return zorder_sort_indices(data, columns, int(table.core.get("zorder.var-length-contribution")))
+    return pc.sort_indices(data, sort_keys=[(c, "ascending", "at_start") for c in columns])
+
+
+def _read(table: Table, bucket_dir: str, files: list[DataFileMeta]) -> Iterator[pa.Table]:
+    from strata.schema.evolution import check_rewritable
+
+    names = table.schema.field_names
+    for f in files:
+        check_rewritable(table.schema, f.schema_id, f.file_name, str(table.identifier))
+        mapping = ColumnMapping(table.schema, table.schema_at(f.schema_id), names)
+        yield from read_file(table.file_io, f"{bucket_dir}/{f.file_name}", mapping)
+
+
+def _rows_per_file(files: list[DataFileMeta], target_size: int) -> int:
+    """Rows that fill a file of `target_size`, judged by the input files' bytes per row."""
+    rows = sum(f.row_count for f in files)
+    size = sum(f.file_size for f in files)
+    return max(1, int(target_size * rows / size)) if rows and size else max(1, rows)
+
+
+def _delete_written(table: Table, messages: list[CommitMessage]) -> None:
+    paths = PathFactory(table.path)
+    for m in messages:
+        partition_dir = table.partition_dir(table.new_scan()._partition_values(m.partition))
+        _delete_files(table, paths.bucket_dir(partition_dir, m.bucket), m.compact_after)
+
+
+def _delete_files(table: Table, bucket_dir: str, files: list[DataFileMeta]) -> None:
+    for f in files:
+        table.file_io.delete(f"{bucket_dir}/{f.file_name}")
