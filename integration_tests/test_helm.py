@@ -109,7 +109,7 @@ def test_defaults_deploy_every_component(helm: Any) -> None:
     docs = render(helm)
     workloads = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in docs if d["kind"] in WORKLOADS}
     assert workloads == {"minio", "postgresql", "kafka", "trino", "prometheus", "grafana",
-                         "ingest", "compaction", "cdc", "exporter"}
+                         "ingest", "compaction", "cdc", "exporter", "metaservice"}
     for doc in (d for d in docs if d["kind"] in WORKLOADS):
         for container in containers(doc):
             where = f"{doc['metadata']['name']}/{container['name']}"

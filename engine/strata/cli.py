@@ -131,10 +131,67 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", help="db.table, or db with --database")
     p.add_argument("--database", action="store_true", help="compact every table of database TARGET")
     p.add_argument("--full", action="store_true", help="merge everything into the top level")
-    p.add_argument("--partition", default=None, help="k=v[,k2=v2]: only this partition")
+    p.add_argument("--partition", default=None, help="k=v[,k2=v2][;k=v...]: only these partitions")
+    p.add_argument("--order-strategy", choices=["none", "order", "zorder"], default="none",
+                   help="sort-compact append tables (bucket -1) by --order-by: lexicographic or z-order")
+    p.add_argument("--order-by", default=None, help="a,b: the columns to sort by (with --order-strategy)")
     p.set_defaults(func=cmd_compact)
     _add_maintenance_commands(sub)
+    _add_lineage_commands(sub)
     return parser
+
+
+# -- lineage: the job/table graph and consistent snapshot sets (strata.lineage) -------------------
+
+
+def _add_lineage_commands(sub: Any) -> None:
+    p = sub.add_parser("lineage", help="pipeline lineage: the job/table graph, lag, consistent snapshot sets")
+    lineage_sub = p.add_subparsers(dest="lineage_command", required=True, metavar="WHAT")
+    g = lineage_sub.add_parser("graph", help="jobs, tables, and how far each table is behind its upstream")
+    g.add_argument("tables", nargs="*", help="db.table ... (default: every table)")
+    g.add_argument("--json", action="store_true", help="print JSON")
+    g.set_defaults(func=cmd_lineage_graph)
+    c = lineage_sub.add_parser("consistent", help="the newest snapshots of the tables that derive from one point")
+    c.add_argument("tables", nargs="+", help="db.table ... of one pipeline")
+    c.add_argument("--tag", action="store_true", help="tag each table's snapshot with the point's tag name")
+    c.add_argument("--prefix", default="lineage", help="tag name prefix (default lineage)")
+    c.add_argument("--json", action="store_true", help="print JSON")
+    c.set_defaults(func=cmd_lineage_consistent)
+
+
+def cmd_lineage_graph(catalog: Catalog, args: argparse.Namespace) -> int:
+    from strata.lineage import lineage_graph
+
+    graph = lineage_graph(catalog, args.tables or None)
+    if args.json:
+        print(json.dumps(graph.to_dict(), indent=2))
+        return 0
+    if not graph.edges:
+        print("no table records lineage")
+        return 0
+    rows = [[e.source, e.job, e.target, e.target_snapshot, e.consumed, e.upstream_latest, e.behind_snapshots,
+             f"{e.behind_millis / 1000:.1f} s" if e.behind_millis is not None else None] for e in graph.edges]
+    print(format_table(["source", "job", "table", "snapshot", "consumed", "upstream_latest", "behind",
+                        "lag"], rows, numeric={3, 5, 6, 7}))
+    return 0
+
+
+def cmd_lineage_consistent(catalog: Catalog, args: argparse.Namespace) -> int:
+    from strata.lineage import consistent_set, tag_consistent_set
+
+    tables = [catalog.get_table(name) for name in args.tables]
+    cset = consistent_set(tables)
+    if cset is None:
+        raise CliError(f"tables {', '.join(args.tables)} have no consistent snapshot set yet")
+    tag = tag_consistent_set(tables, cset, args.prefix) if args.tag else None
+    if args.json:
+        print(json.dumps({**cset.to_dict(), "tag": tag or cset.tag_name(args.prefix), "tagged": bool(tag)}))
+        return 0
+    print("point: " + ", ".join(f"{root}={pos}" for root, pos in sorted(cset.point.items())))
+    print(format_table(["table", "snapshot"], sorted(cset.snapshots.items()), numeric={1}))
+    if tag:
+        print(f"tagged {tag}")
+    return 0
 
 
 # -- table maintenance: snapshots, tags, rollback, orphans, partitions, consumers -----------------
@@ -455,17 +512,36 @@ def cmd_write(catalog: Catalog, args: argparse.Namespace) -> int:
 
 def cmd_compact(catalog: Catalog, args: argparse.Namespace) -> int:
     names = [f"{args.target}.{t}" for t in catalog.list_tables(args.target)] if args.database else [args.target]
+    sort_by, strategy = _sort_args(args)
     for name in names:
         table = catalog.get_table(name)
-        partition = None
-        if args.partition:
-            pairs = dict(item.split("=", 1) for item in args.partition.split(","))
-            partition = {f.name: _partition_literal(pairs[f.name], f.type.to_arrow())
-                         for f in table.schema.partition_fields()}
-        result = table.compact(full=args.full, partition=partition)
+        partitions = [_partition_spec(table, spec) for spec in args.partition.split(";")] if args.partition else None
+        result = table.compact(full=args.full, partition=partitions, sort_by=sort_by, sort_strategy=strategy)
         ids = ", ".join(str(i) for i in result.snapshot_ids) or "nothing to compact"
         print(f"compacted {table.identifier}: {ids}")
     return 0
+
+
+def _partition_spec(table: Table, spec: str) -> dict[str, object]:
+    """'k=v,k2=v2' as a full partition of `table`, values in the partition columns' types."""
+    items = [item.split("=", 1) for item in spec.split(",") if item]
+    pairs = {item[0]: item[1] for item in items if len(item) == 2}
+    fields = table.schema.partition_fields()
+    if len(pairs) != len(items) or sorted(pairs) != sorted(f.name for f in fields):
+        raise CliError(f"--partition {spec!r} must give k=v for exactly the partition keys "
+                       f"{[f.name for f in fields]} of table {table.identifier}")
+    return {f.name: _partition_literal(pairs[f.name], f.type.to_arrow()) for f in fields}
+
+
+def _sort_args(args: argparse.Namespace) -> tuple[list[str] | None, str | None]:
+    """Paimon's order_strategy / order_by pair: both or neither."""
+    if args.order_strategy == "none":
+        if args.order_by:
+            raise CliError("--order-by needs --order-strategy order or zorder")
+        return None, None
+    if not args.order_by:
+        raise CliError(f"--order-strategy {args.order_strategy} needs --order-by columns")
+    return args.order_by.split(","), args.order_strategy
 
 
 def _partition_literal(text: str, arrow_type: object) -> object:

@@ -12,6 +12,8 @@ Roles (the strata image's entrypoint is this module; the role is the container's
 ``cdc``          CDC sync: debezium-json / canal-json topics from Kafka into tables
                  (``strata_platform.cdc``), exactly-once by the offsets stored in the snapshots.
 ``exporter``     the table-health metrics exporter (``strata_platform.metrics_exporter``).
+``metaservice``  lineage and consistent snapshot sets over HTTP (``strata_platform.metaservice``;
+                 its API and /metrics on METRICS_PORT, default 19191).
 ``demo-events``  demo data: debezium-json change events of a ``customers`` table into Kafka.
 ``health``       exit 0 if this container's /metrics answers (for health checks and probes).
 
@@ -51,7 +53,7 @@ from typing import Any
 
 log = logging.getLogger("strata.serve")
 
-ROLE_PORTS = {"exporter": 19187, "ingest": 19188, "compaction": 19189, "cdc": 19190}
+ROLE_PORTS = {"exporter": 19187, "ingest": 19188, "compaction": 19189, "cdc": 19190, "metaservice": 19191}
 SECRET_FILE_SUFFIX = "_FILE"
 SECRET_VARIABLES = ("STRATA_JDBC_USER", "STRATA_JDBC_PASSWORD", "STRATA_CATALOG_OPTIONS", "AWS_ACCESS_KEY_ID",
                     "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
@@ -460,6 +462,14 @@ def run_exporter(env: Mapping[str, str], stopper: Stopper) -> int:
     return metrics_exporter.main(argv)
 
 
+# -- metaservice ---------------------------------------------------------------------------------------
+def run_metaservice(env: Mapping[str, str], stopper: Stopper) -> int:
+    from strata_platform import metaservice
+
+    # reads the same environment; installs its own SIGTERM handler and exits 0 on it
+    return metaservice.main([])
+
+
 # -- demo events ----------------------------------------------------------------------------------
 def run_demo_events(env: Mapping[str, str], stopper: Stopper) -> int:
     """Debezium-json change events of ``shop.customers`` (inserts, updates, deletes) into Kafka."""
@@ -521,7 +531,7 @@ def run_health(env: Mapping[str, str], role: str | None) -> int:
 
 ROLES: dict[str, Callable[[Mapping[str, str], Stopper], int]] = {
     "init": run_init, "ingest": run_ingest, "compaction": run_compaction, "cdc": run_cdc,
-    "exporter": run_exporter, "demo-events": run_demo_events,
+    "exporter": run_exporter, "demo-events": run_demo_events, "metaservice": run_metaservice,
 }
 
 
