@@ -41,7 +41,8 @@ pytestmark = [pytest.mark.compose, pytest.mark.docker, pytest.mark.e2e]
 REPO = Path(__file__).resolve().parents[1]
 PORT_VARIABLES = ("MINIO_PORT", "MINIO_CONSOLE_PORT", "POSTGRES_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT",
                   "TRINO_PORT", "PROMETHEUS_PORT", "GRAFANA_PORT", "STRATA_EXPORTER_PORT",
-                  "STRATA_INGEST_METRICS_PORT", "STRATA_COMPACTION_METRICS_PORT", "STRATA_CDC_METRICS_PORT")
+                  "STRATA_INGEST_METRICS_PORT", "STRATA_COMPACTION_METRICS_PORT", "STRATA_CDC_METRICS_PORT",
+                  "STRATA_METASERVICE_PORT")
 CDC_TOPIC = "e2e.inventory.products"
 T = TypeVar("T")
 
@@ -88,7 +89,8 @@ def prometheus_config(ports: dict[str, int]) -> str:
     config = yaml.safe_load((REPO / "observability" / "prometheus.yml").read_text())
     moved = {f"127.0.0.1:{default}": f"127.0.0.1:{ports[variable]}" for default, variable in (
         (19090, "PROMETHEUS_PORT"), (19187, "STRATA_EXPORTER_PORT"), (19188, "STRATA_INGEST_METRICS_PORT"),
-        (19189, "STRATA_COMPACTION_METRICS_PORT"), (19190, "STRATA_CDC_METRICS_PORT"))}
+        (19189, "STRATA_COMPACTION_METRICS_PORT"), (19190, "STRATA_CDC_METRICS_PORT"),
+        (19191, "STRATA_METASERVICE_PORT"))}
     found: set[str] = set()
     for job in config["scrape_configs"]:
         for static in job.get("static_configs", []):
@@ -266,7 +268,8 @@ def test_prometheus_scrapes_the_strata_services(stack: StackUnderTest) -> None:
     def up() -> dict[str, str] | None:
         found = {f"{r['metric']['job']}/{r['metric'].get('component', '')}": r["value"][1]
                  for r in stack.prometheus('up{job=~"strata-.*"}')}
-        wanted = {"strata-exporter/", "strata-services/ingest", "strata-services/compaction", "strata-services/cdc"}
+        wanted = {"strata-exporter/", "strata-services/ingest", "strata-services/compaction", "strata-services/cdc",
+                  "strata-services/metaservice"}
         return found if wanted <= set(found) and all(found[k] == "1" for k in wanted) else None
 
     wait_for("every Strata target up", up, timeout=60)
