@@ -155,6 +155,8 @@ def _infer_type(value: Any) -> pa.DataType:
 # -- canal ------------------------------------------------------------------------------------------
 def parse_canal(value: bytes) -> ChangeEvent | None:
     obj = json.loads(value)
+    if not isinstance(obj, dict):
+        raise UnsupportedEventError("not a canal-json change event (not a JSON object)")
     if obj.get("isDdl"):
         return None
     kind = str(obj.get("type", "")).upper()

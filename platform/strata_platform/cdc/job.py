@@ -1,7 +1,8 @@
 """The CDC ingestion job: Kafka topics of change events -> Strata primary-key tables.
 
-Implemented with confluent-kafka in Python (not Spark: the Spark Kafka source needs jars from
-Maven that this workplace cannot resolve). One job syncs one table (``table=``) or a whole
+Implemented with confluent-kafka in one Python process; ``spark_job`` runs the same sync on Spark
+Structured Streaming (through the ``strata-kafka`` Python source: Spark's own Kafka source needs
+jars from Maven). One job syncs one table (``table=``) or a whole
 database (the table name comes from each event, else from the topic), from one topic per table
 or a shared topic.
 
@@ -18,7 +19,8 @@ Tables are created on first sight from the event's schema (the primary key from 
 or ``pkNames``, or ``primary_keys=``). Schema changes evolve the table without a restart: new
 columns are added (nullable), non-key columns are widened (INT8 < INT16 < INT32 < INT64, FLOAT <
 DOUBLE, DECIMAL(p, s) to a larger p); anything else (narrowing, a type change, dropped columns)
-is reported in the log and in ``JobStats.unsupported_changes`` and not applied.
+is reported in the log and in ``JobStats.unsupported_changes`` and not applied, as is a change of
+the primary key named by the events. ``TableSync`` does this for both engines (see ``spark_job``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 import strata
+from strata.catalog.base import Catalog
 from strata.errors import StrataError, TableNotFoundError
 from strata.log.serde import rows_to_table
 from strata.schema.table_schema import TableSchema
@@ -101,14 +104,13 @@ class CdcJob:
             raise ValueError(f"unknown CDC format {fmt!r}: use debezium-json or canal-json")
         self.bootstrap, self.topics, self.fmt = bootstrap, list(topics), fmt
         self.database, self.table_name = database, table
-        self.primary_keys = list(primary_keys or [])
-        self.table_options = {"bucket": "1", **dict(table_options or {})}
         self.commit_user = f"strata-cdc-{name}"
         self.batch_size, self.poll_timeout = batch_size, poll_timeout
         self.consumer_config = dict(consumer_config or {})
         self.catalog = strata.load_catalog(warehouse, **dict(catalog_options or {}))
         self.catalog.create_database(database, ignore_if_exists=True)
         self.stats = JobStats()
+        self.tables = TableSync(self.catalog, database, self.stats, primary_keys, table_options)
         self.stored: dict[str, dict[str, int]] = {}  # table -> partition -> next offset it has
         self.positions: dict[str, int] = {}  # partition -> next offset to consume
         self._consumer: Any = None
@@ -241,24 +243,55 @@ class CdcJob:
 
     # -- tables and their schemas -----------------------------------------------------------------------
     def _ensure_table(self, name: str, batch: _TableBatch, batch_start: dict[str, int]) -> Table:
+        return self.tables.ensure(name, batch.fields, batch.primary_keys,
+                                  {CREATED_OPTION: json.dumps(batch_start, sort_keys=True)})
+
+
+class TableSync:
+    """Tables of one database created on first sight and evolved by the events' schemas; shared
+    by the plain-Python job and the Spark job (``spark_job``). Reports go to `stats`."""
+
+    def __init__(self, catalog: Catalog, database: str, stats: JobStats,
+                 primary_keys: Sequence[str] | None = None, table_options: Mapping[str, str] | None = None):
+        self.catalog, self.database, self.stats = catalog, database, stats
+        self.primary_keys = list(primary_keys or [])
+        self.table_options = {"bucket": "1", **dict(table_options or {})}
+
+    def ensure(self, name: str, fields: Mapping[str, pa.DataType], event_keys: Sequence[str],
+               create_options: Mapping[str, str] | None = None) -> Table:
+        """The table `name`, created from `fields` if missing, else evolved to them."""
         ident = f"{self.database}.{name}"
         try:
             table = self.catalog.get_table(ident)
         except TableNotFoundError:
-            keys = self.primary_keys or batch.primary_keys
+            keys = self.primary_keys or list(event_keys)
             if not keys:
                 raise CdcError(f"no primary key for CDC table {ident}: the events name none; "
                                "pass primary_keys (--primary-keys)") from None
-            schema = pa.schema([pa.field(n, t) for n, t in batch.fields.items()])
-            options = {**self.table_options, CREATED_OPTION: json.dumps(batch_start, sort_keys=True)}
+            schema = pa.schema([pa.field(n, t) for n, t in fields.items()])
+            options = {**self.table_options, **dict(create_options or {})}
             table = self.catalog.create_table(ident, schema, primary_keys=keys, options=options,
                                               ignore_if_exists=True)
             self.stats.tables_created.append(ident)
             log.info("created table %s from the first event (key %s)", ident, keys)
             return table
-        return self._evolve(table, batch.fields)
+        if event_keys and not self.primary_keys:
+            self._check_keys(table, list(event_keys))
+        return self.evolve(table, fields)
 
-    def _evolve(self, table: Table, fields: Mapping[str, pa.DataType]) -> Table:
+    def _check_keys(self, table: Table, keys: list[str]) -> None:
+        """A primary key change cannot be applied to a primary-key table: reported, and the rows
+        keep being merged by the table's key."""
+        if keys != list(table.schema.primary_keys):
+            self._report(f"{table.identifier}: primary key {table.schema.primary_keys} -> {keys}")
+
+    def _report(self, what: str) -> None:
+        if what not in self.stats.unsupported_changes:
+            self.stats.unsupported_changes.append(what)
+            log.warning("unsupported schema change not applied: %s", what)
+
+    def evolve(self, table: Table, fields: Mapping[str, pa.DataType]) -> Table:
+        """New columns added, non-key columns widened; anything else reported, not applied."""
         old = table.schema
         new_fields = list(old.fields)
         highest = old.highest_field_id
@@ -280,21 +313,17 @@ class CdcJob:
                                           current.description)
                 self.stats.columns_widened.append(f"{table.identifier}.{name}: {have} -> {arrow_type}")
                 changed = True
-            elif not _widens(arrow_type, have):  # a narrower event type simply fits the column
-                what = f"{table.identifier}.{name}: {have} -> {arrow_type}"
-                if what not in self.stats.unsupported_changes:
-                    self.stats.unsupported_changes.append(what)
-                    log.warning("unsupported schema change not applied: %s", what)
+            else:  # narrowing or another type change: the column keeps its type (values that fit are written)
+                self._report(f"{table.identifier}.{name}: {have} -> {arrow_type}")
         if not changed:
             return table
         schema = TableSchema(old.id + 1, new_fields, list(old.partition_keys), list(old.primary_keys),
                              dict(old.options), old.comment, highest)
         if not table.schema_manager.commit(schema):
             log.info("schema of %s changed concurrently; re-reading it", table.identifier)
-            return self._evolve(self.catalog.get_table(table.identifier), fields)
+            return self.evolve(self.catalog.get_table(table.identifier), fields)
         log.info("evolved %s to schema %d", table.identifier, schema.id)
         return self.catalog.get_table(table.identifier)
-
 
 def _widens(have: pa.DataType, want: pa.DataType) -> bool:
     """True if `want` is a strict widening of `have` that Strata applies."""
