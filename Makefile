@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SERVICES_CLI := $(VENV)/bin/strata-services
 ONLY ?=
+DEMO_ARGS ?=
 
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
@@ -25,8 +26,8 @@ $(STAMP): engine/pyproject.toml platform/pyproject.toml
 
 venv: $(STAMP) ## Create the virtualenv and install Strata with every extra
 
-demo: $(STAMP) ## Run the main job on embedded defaults (local warehouse)
-	$(PY) -m strata_platform.demo
+demo: $(STAMP) ## Spark streams generated orders into a PK table, a 2nd query reads its changelog (DEMO_ARGS="--batches 100")
+	$(PY) -m strata_platform.demo $(DEMO_ARGS)
 
 test: $(STAMP) lint services-install ## Everything: lint, unit tests, integration tests against real services
 	$(PY) -m pytest engine/tests integration_tests -p no:cacheprovider
