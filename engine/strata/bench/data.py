@@ -72,23 +72,24 @@ class UpsertData:
                    *(int(c["id"].to_numpy().max()) for c in self.commits))
 
 
-def w2_data(scale: float) -> UpsertData:
-    """W2: a base of rows, then COMMITS commits, each half updates of existing keys, half new keys."""
+def w2_data(scale: float, commits: int = COMMITS) -> UpsertData:
+    """W2: a base of rows, then `commits` commits, each half updates of existing keys, half new
+    keys (the first COMMITS are the same whatever `commits` is)."""
     rng = np.random.default_rng(SEED + 2)
     n0 = scaled(W2_BASE_ROWS, scale)
     per = scaled(W2_COMMIT_ROWS, scale, minimum=2)
     base = rows_for(np.arange(n0), rng)
     next_id = n0
-    commits = []
-    for _ in range(COMMITS):
+    chunks = []
+    for _ in range(commits):
         updates = per // 2
         updated = rng.choice(next_id, size=updates, replace=False)
         new = np.arange(next_id, next_id + (per - updates))
         ids = np.concatenate([updated, new])
         rng.shuffle(ids)
-        commits.append(rows_for(ids, rng))
+        chunks.append(rows_for(ids, rng))
         next_id += per - updates
-    return UpsertData(base, commits)
+    return UpsertData(base, chunks)
 
 
 def w2_max_id(scale: float) -> int:

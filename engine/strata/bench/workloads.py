@@ -182,10 +182,11 @@ def w2_reference(work_dir: str, scale: float) -> dict[str, Any]:
 # -- W3 / W4 reference files ------------------------------------------------------------------
 
 
-def _final_files(work_dir: str, scale: float) -> tuple[str, gen.UpsertData]:
-    """The final rows of the W2 table as COMMITS plain Parquet files, in primary-key order."""
-    directory = f"{work_dir}/final-ref"
-    upserts = gen.w2_data(scale)
+def _final_files(work_dir: str, scale: float, commits: int = gen.COMMITS) -> tuple[str, gen.UpsertData]:
+    """The final rows of the W2 table (after `commits` upserts) as COMMITS plain Parquet files,
+    in primary-key order."""
+    directory = f"{work_dir}/final-ref" if commits == gen.COMMITS else f"{work_dir}/final-ref-{commits}"
+    upserts = gen.w2_data(scale, commits)
     marker = f"{directory}/ready.json"
     if os.path.exists(marker):
         with open(marker) as f:

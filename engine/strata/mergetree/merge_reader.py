@@ -24,7 +24,9 @@ def merge_runs(runs: Sequence[Iterator[pa.Table]], key_names: Sequence[str],
     """Merged rows in key order. With `changelog`, the changes each key undergoes relative to
     run `changelog.top_run` (the previous full merge) are appended to `changelog.tables`."""
     cursors = [_Cursor(run, key_names, i) for i, run in enumerate(runs)]
-    cursors = [c for c in cursors if c.batch is not None]
+    # oldest run first, so that the records of a key meet in sequence order once concatenated
+    # and sorting them needs no sequence tie-break (see sorting.sort_by_key)
+    cursors = sorted((c for c in cursors if c.batch is not None), key=_Cursor.first_sequence)
     while cursors:
         if len(cursors) == 1:
             for batch in cursors[0].drain():
@@ -100,6 +102,13 @@ class _Cursor:
             if batch.num_rows:
                 self.batch = batch
                 return
+
+    def first_sequence(self) -> int:
+        """The smallest sequence number of the current batch (0 without the column)."""
+        assert self.batch is not None
+        if SEQUENCE_NUMBER not in self.batch.column_names:
+            return 0
+        return int(np.min(_as_numpy(self.batch.column(SEQUENCE_NUMBER))))
 
     def _key(self, i: int) -> tuple:
         assert self.batch is not None

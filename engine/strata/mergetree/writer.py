@@ -61,8 +61,11 @@ class BucketWriter:
     def _after_flush(self, files: list[DataFileMeta]) -> None:
         """Hook for compaction."""
 
-    def compact(self, full: bool) -> None:
-        """Hook for compaction on demand."""
+    def compact(self, full: bool, wait: bool = True) -> None:
+        """Hook for compaction on demand; `wait=False` only starts it (see finish_compaction)."""
+
+    def finish_compaction(self) -> None:
+        """Hook: wait for a compaction compact(wait=False) started."""
 
     def prepare_commit(self, wait_compaction: bool = False) -> CommitMessage:
         self.flush()
@@ -173,13 +176,17 @@ class KeyValueBucketWriter(BucketWriter):
             manager.trigger()
         manager.trigger()
 
-    def compact(self, full: bool) -> None:
+    def compact(self, full: bool, wait: bool = True) -> None:
         manager = self.compaction.manager
         if manager is None:
             return
         self.flush()
         self._collect_compaction(blocking=True)
         manager.trigger(full=full)
+        if wait:
+            self._collect_compaction(blocking=True)
+
+    def finish_compaction(self) -> None:
         self._collect_compaction(blocking=True)
 
     def _collect_compaction(self, blocking: bool) -> None:

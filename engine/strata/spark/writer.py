@@ -23,7 +23,12 @@ order: to control it, ``strata.spark.write_table`` / ``distribute_by_bucket`` re
 
 Spark writers run write-only by default (no compaction in the tasks: two tasks compacting one
 bucket would conflict); compact with ``Table.compact`` / ``strata compact``, or pass
-``write-only=false`` when the data is distributed by bucket.
+``write-only=false`` when the data is distributed by bucket. A compacting task waits for its
+compactions before it returns, so their results are part of the micro-batch's commit.
+
+Throughput: Spark hands a task Arrow batches of ``spark.sql.execution.arrow.maxRecordsPerBatch``
+rows (10,000 by default); the task coalesces them to COALESCE_ROWS before writing, but a larger
+setting (e.g. 100,000) also saves Spark's per-batch conversion work.
 """
 
 from __future__ import annotations
@@ -91,7 +96,8 @@ def write_task(ref: TableRef, batches: Iterable[pa.RecordBatch], write_only: boo
                 rows += _write_rows(writer, table, pending)
                 pending, pending_rows = [], 0
         rows += _write_rows(writer, table, pending)
-        messages = writer.prepare_commit()
+        # the task's writer is closed right after: a compaction still running would be lost
+        messages = writer.prepare_commit(wait_compaction=not write_only)
     except BaseException:
         _discard_partial(table, writer)
         raise

@@ -204,7 +204,8 @@ class TableWrite:
         if self.write_only:
             return None
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-compact")
+            # one thread per core: buckets compact in parallel (merging and Parquet coding release the GIL)
+            self._executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="strata-compact")
         levels = Levels(self.core.num_levels, key_decoder(self.schema), restored)
         strategy = UniversalCompaction(int(self.core.get("compaction.max-size-amplification-percent")),
                                        int(self.core.get("compaction.size-ratio")), self.core.compaction_trigger)
@@ -233,7 +234,9 @@ class TableWrite:
                 break
 
     # -- committing ----------------------------------------------------------------------
-    def prepare_commit(self) -> list[CommitMessage]:
+    def prepare_commit(self, wait_compaction: bool = False) -> list[CommitMessage]:
+        """`wait_compaction`: finish running compactions and report them now (a writer that is
+        closed right after, e.g. a Spark task, would otherwise lose their work)."""
         if self.closed:
             raise WriterClosedError(f"writer of {self.where} is closed")
         self.commits_prepared += 1
@@ -242,7 +245,7 @@ class TableWrite:
         if full:
             self.compact(full=True)
         self._flush_all()
-        messages = [w.prepare_commit() for w in self.writers.values()]
+        messages = [w.prepare_commit(wait_compaction) for w in self.writers.values()]
         messages = [m for m in messages if not m.is_empty()]
         self.write_metrics.committed([w.compaction.manager.levels for w in self.writers.values()
                                       if isinstance(w, KeyValueBucketWriter) and w.compaction.manager])
@@ -272,9 +275,12 @@ class TableWrite:
         for partition, bucket in list(self._restored):
             if partitions is None or partition in partitions:
                 self._writer_for_existing(partition, bucket)
-        for (partition, _), writer in list(self.writers.items()):
-            if partitions is None or partition in partitions:
-                writer.compact(full)
+        chosen = [w for (partition, _), w in self.writers.items() if partitions is None or partition in partitions]
+        # start every bucket's compaction before waiting for any: they run side by side on the executor
+        for writer in chosen:
+            writer.compact(full, wait=False)
+        for writer in chosen:
+            writer.finish_compaction()
 
     def _writer_for_existing(self, partition: bytes, bucket: int) -> BucketWriter:
         if partition not in self.partition_dirs:

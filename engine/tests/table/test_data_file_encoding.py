@@ -1,0 +1,43 @@
+"""Data files keep Parquet dictionaries only where they pay: low-cardinality columns keep them,
+high-cardinality ones fall back to plain encoding after a small dictionary page."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import strata
+from strata.io.data_file_writer import DICTIONARY_PAGE_LIMIT
+
+ROWS = 40_000  # more than one row group (32k rows)
+
+
+def _dictionary_page_bytes(column: pq.ColumnChunkMetaData) -> int:
+    if not column.has_dictionary_page:
+        return 0
+    return column.data_page_offset - column.dictionary_page_offset
+
+
+def test_dictionary_only_for_low_cardinality_columns(tmp_path) -> None:
+    catalog = strata.load_catalog(str(tmp_path / "wh"))
+    catalog.create_database("db")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.float64()),
+                        pa.field("kind", pa.string())])
+    table = catalog.create_table("db.t", schema, primary_keys=["id"], options={"bucket": "1"})
+    rows = pa.table({"id": np.arange(ROWS), "v": np.random.default_rng(7).random(ROWS),
+                     "kind": pa.array(["red", "green", "blue"] * (ROWS // 3) + ["red"] * (ROWS % 3))}, schema=schema)
+    table.write(rows)
+    [split] = table.scan()
+    [data_file] = split.files
+    metadata = pq.ParquetFile(f"{split.bucket_path}/{data_file.file_name}").metadata
+    group = metadata.row_group(0)
+    columns = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+
+    kind = columns["kind"]
+    assert "RLE_DICTIONARY" in kind.encodings and kind.total_uncompressed_size < 20_000  # 32k rows of 3 values
+    for name in ("id", "v", "_KEY_id"):
+        # unique values: Arrow's default would build a dictionary of the whole group (32k x 8 bytes)
+        assert _dictionary_page_bytes(columns[name]) <= 2 * DICTIONARY_PAGE_LIMIT, name
+        assert "PLAIN" in columns[name].encodings, name
+    assert table.to_arrow().sort_by("id").equals(rows)  # both encodings read back exactly
