@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 
@@ -49,6 +50,11 @@ class FileIO(ABC):
     @abstractmethod
     def delete_dir(self, path: str) -> None: ...
 
+    def delete_empty_dir(self, path: str) -> bool:
+        """Remove a directory only if it is empty; False (harmlessly) if it is not, or if the
+        store cannot tell atomically enough."""
+        return False
+
     @abstractmethod
     def list_status(self, path: str) -> list[FileStatus]:
         """Direct children of a directory; an empty list if it does not exist."""
@@ -62,6 +68,11 @@ class FileIO(ABC):
 
     def arrow_path(self, path: str) -> str:
         return strip_scheme(path)
+
+    def open_input_file(self, path: str) -> pa.NativeFile:
+        """A seekable reader of a whole file (what Parquet reads go through)."""
+        fs, _ = self.arrow_fs()
+        return fs.open_input_file(self.arrow_path(path))
 
     @property
     def is_object_store(self) -> bool:
@@ -128,6 +139,13 @@ class LocalFileIO(FileIO):
         import shutil
 
         shutil.rmtree(strip_scheme(path), ignore_errors=True)
+
+    def delete_empty_dir(self, path: str) -> bool:
+        try:
+            os.rmdir(strip_scheme(path))  # fails if a concurrent writer put a file there meanwhile
+            return True
+        except OSError:
+            return False
 
     def list_status(self, path: str) -> list[FileStatus]:
         local = strip_scheme(path)

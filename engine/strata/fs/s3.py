@@ -310,6 +310,20 @@ class S3FileIO(FileIO):
         with self._lock:
             self._dirs = {d for d in self._dirs if d != base and not d.startswith(base + "/")}
 
+    def delete_empty_dir(self, path: str) -> bool:
+        """Delete the directory marker if nothing else is under the prefix. A file a writer puts
+        there meanwhile survives (its key does not depend on the marker); only the marker goes."""
+        bucket, key = split_s3(path)
+        if not key:
+            return False
+        page = self._call(path, lambda: self._client.list_objects_v2(Bucket=bucket, Prefix=f"{key}/", MaxKeys=2))
+        if any(obj["Key"] != f"{key}/" for obj in page.get("Contents", [])):
+            return False
+        self._call(path, lambda: self._client.delete_object(Bucket=bucket, Key=f"{key}/"))
+        with self._lock:
+            self._dirs.discard(path.rstrip("/"))
+        return True
+
     def mkdirs(self, path: str) -> None:
         bucket, key = split_s3(path)
         path = path.rstrip("/")

@@ -88,8 +88,7 @@ def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predica
 
 def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
                stat_names: dict[str, str] | None, batch_rows: int) -> Iterator[pa.Table]:
-    fs, _ = file_io.arrow_fs()
-    with fs.open_input_file(file_io.arrow_path(path)) as source:
+    with file_io.open_input_file(path) as source:
         parquet = pq.ParquetFile(source)
         available = set(parquet.schema_arrow.names)
         columns = mapping.file_columns(available)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING
 from strata import metrics
 from strata.errors import CorruptMetadataError, SnapshotNotFoundError
 from strata.format import binary_row
-from strata.fs.file_io import LocalFileIO, strip_scheme
+from strata.fs.file_io import FileIO, LocalFileIO
 from strata.manifest import codec
 from strata.manifest.index_manifest import IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
@@ -234,15 +233,9 @@ class TableFiles:
         self.deleted_buckets.clear()
 
 
-def try_delete_empty_dir(file_io: object, path: str) -> bool:
-    """rmdir(2): fails, harmlessly, if a concurrent writer put a file there meanwhile."""
-    if not isinstance(file_io, LocalFileIO):
-        return False
-    try:
-        os.rmdir(strip_scheme(path))
-        return True
-    except OSError:
-        return False
+def try_delete_empty_dir(file_io: FileIO, path: str) -> bool:
+    """Fails, harmlessly, if a concurrent writer put a file there meanwhile."""
+    return file_io.delete_empty_dir(path)
 
 
 # -- snapshot expiry ------------------------------------------------------------------------------

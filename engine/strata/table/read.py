@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from strata.fs import FileIO
+from strata.fs.prefetch import PrefetchedFileIO, prefetching
 from strata.io.data_file_reader import ColumnMapping, read_file
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.merge_function import live_rows_mask, merge_function_for
@@ -94,20 +96,33 @@ class TableRead:
 
     # -- splits ----------------------------------------------------------------------------------
     def read_split(self, split: DataSplit) -> Iterator[pa.Table]:
-        if self.schema.primary_keys:
-            batches = self._merged(split)
-        else:
-            batches = self._appended(split)
-        for batch in batches:
-            out = self._finish(batch, split.row_kinds)
-            if out.num_rows:
-                yield out
+        io = self._split_io(split)
+        try:
+            batches = self._merged(split, io) if self.schema.primary_keys else self._appended(split, io)
+            for batch in batches:
+                out = self._finish(batch, split.row_kinds)
+                if out.num_rows:
+                    yield out
+        finally:
+            if isinstance(io, PrefetchedFileIO):
+                io.close()
 
-    def _appended(self, split: DataSplit) -> Iterator[pa.Table]:
+    def _split_io(self, split: DataSplit) -> FileIO:
+        """On an object store, an unfiltered read fetches the split's files whole and concurrently
+        (in reading order); a filtered one keeps ranged reads, which skip pruned row groups."""
+        prune = self.key_filter if self.key_names else self.filter
+        if prune is not None or not self.table.file_io.is_object_store:
+            return self.table.file_io
+        runs = _sorted_runs(split.files, self.key_order) if self.key_order is not None else [split.files]
+        return prefetching(self.table.file_io, [(self._path(split, f), f.file_size) for run in runs for f in run])
+
+    def _appended(self, split: DataSplit, io: FileIO | None = None) -> Iterator[pa.Table]:
+        io = io or self.table.file_io
         for f in split.files:
-            yield from self._read(split, f, self.value_columns, self.filter)
+            yield from self._read(split, f, self.value_columns, self.filter, io)
 
-    def _merged(self, split: DataSplit) -> Iterator[pa.Table]:
+    def _merged(self, split: DataSplit, io: FileIO | None = None) -> Iterator[pa.Table]:
+        io = io or self.table.file_io
         # a value column that is also a key column is not decoded twice: it is its _KEY_ column
         key_values = [n for n in self.value_columns if KEY_PREFIX + n in self.key_names]
         wanted = [*self.key_names, SEQUENCE_NUMBER, VALUE_KIND,
@@ -115,8 +130,7 @@ class TableRead:
         if self.merge_function is not None and not split.row_kinds:  # e.g. sequence fields
             wanted += [n for n in self.merge_function.required_columns(self.value_columns) if n not in wanted]
         assert self.key_order is not None
-        runs = [self._run(split, files, wanted, key_values)
-                for files in _sorted_runs(split.files, self.key_order)]
+        runs = [self._run(split, files, wanted, io, key_values) for files in _sorted_runs(split.files, self.key_order)]
         if split.row_kinds:  # a delta: every record as written, no merging
             for run in runs:
                 yield from run
@@ -124,25 +138,28 @@ class TableRead:
         assert self.merge_function is not None
         yield from merge_runs(runs, self.key_names, self.merge_function)
 
-    def _run(self, split: DataSplit, files: list[DataFileMeta], wanted: list[str],
+    def _run(self, split: DataSplit, files: list[DataFileMeta], wanted: list[str], io: FileIO,
              key_values: Sequence[str] = ()) -> Iterator[pa.Table]:
         # The key-only part of the filter can drop rows before merging: every record of a key
         # carries the same key, so it keeps or drops all of them, and merging the survivors gives
         # the same rows as merging everything and filtering after (which _finish still does).
         expression = self.key_filter.to_arrow() if self.key_filter is not None else None
         for f in files:
-            for batch in self._read(split, f, wanted, self.key_filter):
+            for batch in self._read(split, f, wanted, self.key_filter, io):
                 for name in key_values:  # zero-copy: the same array under the value column's name
                     batch = batch.append_column(name, batch.column(KEY_PREFIX + name))
                 yield batch if expression is None else batch.filter(expression)
 
     def _read(self, split: DataSplit, f: DataFileMeta, wanted: list[str],
-              prune: Predicate | None) -> Iterator[pa.Table]:
+              prune: Predicate | None, io: FileIO) -> Iterator[pa.Table]:
         writer_schema = self.table.schema_at(f.schema_id)
         mapping = ColumnMapping(self.schema, writer_schema, wanted)
-        path = f.external_path or f"{split.bucket_path}/{f.file_name}"
         stat_names = {k: KEY_PREFIX + k for k in self.schema.trimmed_primary_keys} if self.key_names else {}
-        yield from read_file(self.table.file_io, path, mapping, prune, stat_names)
+        yield from read_file(io, self._path(split, f), mapping, prune, stat_names)
+
+    @staticmethod
+    def _path(split: DataSplit, f: DataFileMeta) -> str:
+        return f.external_path or f"{split.bucket_path}/{f.file_name}"
 
     def _finish(self, batch: pa.Table, with_kinds: bool) -> pa.Table:
         """Drop retractions (or label them), apply the filter, project."""

@@ -6,8 +6,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import strata
-
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
 
 
@@ -27,9 +25,7 @@ def replay(state: dict[int, int], changes: pa.Table, strict: bool) -> dict[int, 
 
 
 @pytest.mark.parametrize("producer", ["input", "full-compaction", "lookup"])
-def test_changelog_replays_to_the_table(tmp_path, producer: str) -> None:
-    catalog = strata.load_catalog(str(tmp_path))
-    catalog.create_database("db")
+def test_changelog_replays_to_the_table(catalog, producer: str) -> None:
     options = {"bucket": "2", "changelog-producer": producer}
     if producer == "full-compaction":
         options["full-compaction.delta-commits"] = "1"
@@ -55,9 +51,7 @@ def test_changelog_replays_to_the_table(tmp_path, producer: str) -> None:
                 assert set(changes.column("_ROW_KIND").to_pylist()) <= {"+I", "-U", "+U", "-D"}
 
 
-def test_row_deduplicate_drops_unchanged_updates(tmp_path) -> None:
-    catalog = strata.load_catalog(str(tmp_path))
-    catalog.create_database("db")
+def test_row_deduplicate_drops_unchanged_updates(catalog) -> None:
     table = catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options={
         "bucket": "1", "changelog-producer": "lookup", "changelog-producer.row-deduplicate": "true"})
     table.write(pa.table({"id": [1, 2], "v": [10, 20]}, schema=SCHEMA))
@@ -68,9 +62,7 @@ def test_row_deduplicate_drops_unchanged_updates(tmp_path) -> None:
         {"_ROW_KIND": "-U", "id": 2, "v": 20}, {"_ROW_KIND": "+U", "id": 2, "v": 21}]
 
 
-def test_snapshot_records_changelog_manifest(tmp_path) -> None:
-    catalog = strata.load_catalog(str(tmp_path))
-    catalog.create_database("db")
+def test_snapshot_records_changelog_manifest(catalog) -> None:
     table = catalog.create_table("db.t", SCHEMA, primary_keys=["id"],
                                  options={"bucket": "1", "changelog-producer": "input"})
     table.write(pa.table({"id": [1, 1], "v": [1, 2]}, schema=SCHEMA))

@@ -15,9 +15,7 @@ from strata.table.table import Table
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
 
 
-def make_table(tmp_path, **options: str) -> Table:
-    catalog = strata.load_catalog(str(tmp_path / "wh"))
-    catalog.create_database("db", ignore_if_exists=True)
+def make_table(catalog: strata.Catalog, **options: str) -> Table:
     opts = {"bucket": "1", "write-buffer-size": "32 kb", **options}
     return catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options=opts)
 
@@ -57,8 +55,8 @@ def churn(table: Table, commits: int, seed: int = 1, bounded: bool = True) -> di
     return model
 
 
-def test_automatic_compaction_keeps_runs_bounded_and_rows_exact(tmp_path) -> None:
-    table = make_table(tmp_path)
+def test_automatic_compaction_keeps_runs_bounded_and_rows_exact(catalog) -> None:
+    table = make_table(catalog)
     model = churn(table, 25)
     kinds = collections.Counter(s.commit_kind for s in table.snapshots())
     assert kinds["COMPACT"] >= 2
@@ -66,8 +64,8 @@ def test_automatic_compaction_keeps_runs_bounded_and_rows_exact(tmp_path) -> Non
     assert as_dict(table.to_arrow()) == model
 
 
-def test_full_compaction_on_demand_leaves_one_top_level_run(tmp_path) -> None:
-    table = make_table(tmp_path, **{"write-only": "true"})
+def test_full_compaction_on_demand_leaves_one_top_level_run(catalog) -> None:
+    table = make_table(catalog, **{"write-only": "true"})
     model = churn(table, 8, bounded=False)
     assert set(levels_of(table)) == {0}  # write-only writers never compact
     result = table.compact(full=True)
@@ -77,14 +75,14 @@ def test_full_compaction_on_demand_leaves_one_top_level_run(tmp_path) -> None:
     assert as_dict(table.to_arrow(read_optimized=True)) == model
 
 
-def test_full_compaction_every_commit_is_copy_on_write(tmp_path) -> None:
-    table = make_table(tmp_path, **{"full-compaction.delta-commits": "1"})
+def test_full_compaction_every_commit_is_copy_on_write(catalog) -> None:
+    table = make_table(catalog, **{"full-compaction.delta-commits": "1"})
     churn(table, 5)
     assert set(levels_of(table)) == {table.core.num_levels - 1}
 
 
-def test_concurrent_compactions_of_one_bucket_conflict(tmp_path) -> None:
-    table = make_table(tmp_path, **{"write-only": "true"})
+def test_concurrent_compactions_of_one_bucket_conflict(catalog) -> None:
+    table = make_table(catalog, **{"write-only": "true"})
     model = churn(table, 4)
     first, second = table.new_write(), table.new_write()
     for writer in (first, second):
@@ -99,9 +97,7 @@ def test_concurrent_compactions_of_one_bucket_conflict(tmp_path) -> None:
     assert as_dict(table.to_arrow()) == model
 
 
-def test_append_compaction_merges_small_files_and_keeps_order(tmp_path) -> None:
-    catalog = strata.load_catalog(str(tmp_path / "wh"))
-    catalog.create_database("db")
+def test_append_compaction_merges_small_files_and_keeps_order(catalog) -> None:
     table = catalog.create_table("db.q", SCHEMA, options={"bucket": "1", "bucket-key": "id"})
     for i in range(7):
         table.write(pa.table({"id": np.arange(i * 10, i * 10 + 10), "v": np.full(10, i)}, schema=SCHEMA))
@@ -112,10 +108,8 @@ def test_append_compaction_merges_small_files_and_keeps_order(tmp_path) -> None:
     assert table.to_arrow().equals(before)  # same rows, same (write) order
 
 
-def test_first_row_writers_leave_no_level_zero_files(tmp_path) -> None:
+def test_first_row_writers_leave_no_level_zero_files(catalog) -> None:
     # Paimon readers skip level 0 of first-row tables, so every commit must push it up
-    catalog = strata.load_catalog(str(tmp_path / "wh"))
-    catalog.create_database("db")
     table = catalog.create_table("db.f", SCHEMA, primary_keys=["id"],
                                  options={"bucket": "1", "merge-engine": "first-row"})
     table.write(pa.table({"id": [1, 2], "v": [10, 20]}, schema=SCHEMA))

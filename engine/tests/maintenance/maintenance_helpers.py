@@ -1,8 +1,12 @@
-"""Helpers of the maintenance tests: reads and a look at a table's files on disk."""
+"""Helpers of the maintenance tests: reads and a look at a table's stored files, through the table's
+FileIO so that they work on every storage kind."""
 
 from __future__ import annotations
 
-import os
+import importlib
+import json
+import time
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -38,19 +42,28 @@ def live_paths(table: strata.Table, snapshot: Snapshot, changelog: bool = True) 
 
 def files_on_disk(table: strata.Table) -> set[str]:
     """Data, changelog and manifest files under the table directory."""
-    out = set()
-    for root, _dirs, names in os.walk(table.path):
-        rel = os.path.relpath(root, table.path)
-        if rel.split(os.sep)[0] in ("snapshot", "schema", "tag", "consumer"):
-            continue
-        out.update(os.path.join(root, n) for n in names if not n.startswith("."))
+    out: set[str] = set()
+    pending = [s for s in table.file_io.list_status(table.path)
+               if s.path.rsplit("/", 1)[-1] not in ("snapshot", "schema", "tag", "consumer")]
+    while pending:
+        status = pending.pop()
+        if status.is_dir:
+            pending.extend(table.file_io.list_status(status.path))
+        elif not status.path.rsplit("/", 1)[-1].startswith("."):
+            out.add(status.path)
     return out
 
 
-def age(path: str, seconds: float) -> None:
-    """Make a file look `seconds` old."""
-    st = os.stat(path)
-    os.utime(path, (st.st_atime - seconds, st.st_mtime - seconds))
+def exists(table: strata.Table, path: str) -> bool:
+    return table.file_io.exists(path)
+
+
+def advance_clock(monkeypatch: Any, seconds: float) -> None:
+    """Make everything stored so far look `seconds` old to orphan removal and consumer expiry, by
+    moving their clock forward (object stores set modification times themselves)."""
+    ahead = SimpleNamespace(time=lambda: time.time() + seconds)
+    for module in ("strata.operation.orphan", "strata.table.consumers"):
+        monkeypatch.setattr(importlib.import_module(module), "time", ahead)
 
 
 PK_SCHEMA = pa.schema([("dt", pa.string()), ("id", pa.int32()), ("v", pa.int64())])
@@ -61,13 +74,13 @@ def pk_batch(dt: str, ids: list[int], v: int) -> pa.Table:
                     schema=PK_SCHEMA)
 
 
-def read_text(path: str) -> str:
-    with open(path) as f:
-        return f.read()
+def read_text(table: strata.Table, path: str) -> str:
+    return table.file_io.read_bytes(path).decode()
 
 
-def read_json(path: str) -> Any:
-    import json
+def read_json(table: strata.Table, path: str) -> Any:
+    return json.loads(read_text(table, path))
 
-    with open(path) as f:
-        return json.load(f)
+
+def write_json(table: strata.Table, path: str, obj: Any) -> None:
+    table.file_io.write_bytes(path, json.dumps(obj).encode())

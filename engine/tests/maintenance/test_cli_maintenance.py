@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
-from maintenance_helpers import PK_SCHEMA, age, pk_batch, rows
+from maintenance_helpers import PK_SCHEMA, advance_clock, exists, pk_batch, rows
 
 import strata
 from strata.cli import main
 
 
 @pytest.fixture
-def wh(tmp_path: Path) -> Path:
-    warehouse = tmp_path / "wh"
-    catalog = strata.load_catalog(str(warehouse))
-    catalog.create_database("db")
+def wh(warehouse: str, catalog: strata.Catalog) -> str:
+    """The warehouse, with db.t (on MinIO the CLI finds the store through the AWS variables)."""
     # write-only: a one-shot write of a compacting writer may leave its unfinished background
     # compaction's output behind (an orphan), which would blur the orphan counts below
     table = catalog.create_table("db.t", PK_SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"],
@@ -26,17 +21,17 @@ def wh(tmp_path: Path) -> Path:
     return warehouse
 
 
-def cli(capsys: pytest.CaptureFixture[str], wh: Path, *args: str) -> tuple[int, str]:
-    code = main(["--warehouse", str(wh), *args])
+def cli(capsys: pytest.CaptureFixture[str], wh: str, *args: str) -> tuple[int, str]:
+    code = main(["--warehouse", wh, *args])
     out, err = capsys.readouterr()
     return code, out + err
 
 
-def table(wh: Path) -> strata.Table:
-    return strata.load_catalog(str(wh)).get_table("db.t")
+def table(wh: str) -> strata.Table:
+    return strata.load_catalog(wh).get_table("db.t")
 
 
-def test_tags_and_rollback(wh: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tags_and_rollback(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(capsys, wh, "create-tag", "db.t", "v2", "--snapshot", "2")[0] == 0
     code, out = cli(capsys, wh, "create-tag", "db.t", "last", "--time-retained", "7 d")
     assert code == 0 and "snapshot 5" in out
@@ -54,25 +49,24 @@ def test_tags_and_rollback(wh: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert code == 2 and out.startswith("strata: error:")
 
 
-def test_expire_and_orphans(wh: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_expire_and_orphans(wh: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     code, out = cli(capsys, wh, "expire-snapshots", "db.t")
     assert code == 0 and "no snapshot to expire" in out
     code, out = cli(capsys, wh, "expire-snapshots", "db.t", "--retain-min", "2", "--older-than", "0 s")
     assert code == 0 and "expired snapshots 1..3 (3)" in out
     assert [s.id for s in table(wh).snapshots()] == [4, 5]
     stray = table(wh).path + "/manifest/manifest-stray-0"
-    with open(stray, "wb") as f:
-        f.write(b"x")
+    table(wh).file_io.write_bytes(stray, b"x")
     code, out = cli(capsys, wh, "remove-orphan-files", "db.t")
     assert code == 0 and "deleted 0 orphan files" in out and "1 unreferenced" in out
-    age(stray, 3 * 86400)
+    advance_clock(monkeypatch, 3 * 86400)
     code, out = cli(capsys, wh, "remove-orphan-files", "db.t", "--dry-run")
-    assert code == 0 and "would delete 1" in out and os.path.exists(stray)
+    assert code == 0 and "would delete 1" in out and exists(table(wh), stray)
     code, out = cli(capsys, wh, "remove-orphan-files", "db.t", "--older-than", "2 d")
-    assert code == 0 and "deleted 1 orphan files" in out and not os.path.exists(stray)
+    assert code == 0 and "deleted 1 orphan files" in out and not exists(table(wh), stray)
 
 
-def test_consumers(wh: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_consumers(wh: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = cli(capsys, wh, "consumers", "db.t")
     assert code == 0 and "no consumers" in out
     assert cli(capsys, wh, "consumers", "db.t", "--reset", "etl=3")[0] == 0
@@ -88,10 +82,8 @@ def test_consumers(wh: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
 
 
-def test_expire_partitions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    wh = tmp_path / "wh"
-    catalog = strata.load_catalog(str(wh))
-    catalog.create_database("db")
+def test_expire_partitions(warehouse: str, catalog: strata.Catalog, capsys: pytest.CaptureFixture[str]) -> None:
+    wh = warehouse
     t = catalog.create_table("db.t", PK_SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"],
                              options={"bucket": "1"})
     t.write(pk_batch("2020-01-01", [1], 1))

@@ -4,15 +4,23 @@ go before the data files."""
 
 from __future__ import annotations
 
-import json
-import os
-
 import pyarrow as pa
 import pytest
-from maintenance_helpers import PK_SCHEMA, age, files_on_disk, live_paths, pk_batch, read_json, read_text, rows
+from maintenance_helpers import (
+    PK_SCHEMA,
+    advance_clock,
+    exists,
+    files_on_disk,
+    live_paths,
+    pk_batch,
+    read_json,
+    read_text,
+    rows,
+    write_json,
+)
 
 from strata.catalog.filesystem import FileSystemCatalog
-from strata.fs.file_io import LocalFileIO
+from strata.fs import FileIO
 from strata.operation import expire as expire_mod
 from strata.operation.expire import expire_snapshots
 
@@ -68,9 +76,9 @@ def test_expiry_keeps_what_retained_snapshots_and_tags_need(catalog, kind):
     assert result.expired == list(range(1, latest - 2))
     retained = [s.id for s in table.snapshots()]
     assert retained == [latest - 2, latest - 1, latest]
-    assert read_text(f"{table.path}/snapshot/EARLIEST") == str(latest - 2)
+    assert read_text(table, f"{table.path}/snapshot/EARLIEST") == str(latest - 2)
     for sid in range(1, latest - 2):
-        assert not os.path.exists(table.snapshot_manager.path(sid))
+        assert not exists(table, table.snapshot_manager.path(sid))
     # every retained snapshot and tag reads as before
     for sid in retained:
         assert rows(table, snapshot_id=sid) == state[sid][0]
@@ -79,10 +87,10 @@ def test_expiry_keeps_what_retained_snapshots_and_tags_need(catalog, kind):
     # every file they need is there; every file only expired snapshots needed is gone
     tag_needs = [live_paths(table, table.tags.info(name).snapshot, changelog=False) for name in tags]
     needed = set().union(*(state[sid][1] for sid in retained), *tag_needs)
-    assert all(os.path.exists(p) for p in needed)
+    assert all(exists(table, p) for p in needed)
     expired_only = set().union(*(state[sid][1] for sid in result.expired)) - needed
     assert expired_only
-    assert not any(os.path.exists(p) for p in expired_only)
+    assert not any(exists(table, p) for p in expired_only)
     # and nothing unreferenced is left behind
     assert files_on_disk(table) <= needed | {p for p in files_on_disk(table) if "/index/" in p}
     assert table.remove_orphan_files(older_than="0 ms", dry_run=True).deleted == []
@@ -99,35 +107,39 @@ def test_expire_everything_but_latest_then_tags_alone_hold_files(catalog, kind):
     assert rows(table, tag="t4") == expected
 
 
-class RecordingIO(LocalFileIO):
-    def __init__(self) -> None:
-        super().__init__()
-        self.log: list[tuple[str, str]] = []
+def recording(io: FileIO) -> list[tuple[str, str]]:
+    """Record the deletes and whole-file writes of `io` (in order) in the returned list."""
+    log: list[tuple[str, str]] = []
+    delete, write_bytes = io.delete, io.write_bytes
 
-    def delete(self, path: str) -> None:
-        self.log.append(("delete", path))
-        super().delete(path)
+    def recorded_delete(path: str) -> None:
+        log.append(("delete", path))
+        delete(path)
 
-    def write_bytes(self, path: str, data: bytes) -> None:
-        self.log.append(("write", path))
-        super().write_bytes(path, data)
+    def recorded_write(path: str, data: bytes) -> None:
+        log.append(("write", path))
+        write_bytes(path, data)
+
+    io.delete = recorded_delete  # type: ignore[method-assign]
+    io.write_bytes = recorded_write  # type: ignore[method-assign]
+    return log
 
 
-def test_snapshot_files_are_deleted_before_data_files(warehouse):
-    io = RecordingIO()
-    catalog = FileSystemCatalog(warehouse, file_io=io)
+def test_snapshot_files_are_deleted_before_data_files(warehouse, warehouse_io):
+    log = recording(warehouse_io)
+    catalog = FileSystemCatalog(warehouse, file_io=warehouse_io)
     catalog.create_database("db")
     table = make_table(catalog, "pk")
     build_history(table)
-    io.log.clear()
+    log.clear()
     table.expire_snapshots(retain_min=2, time_retained=0)
-    snapshot_deletes = [i for i, (op, p) in enumerate(io.log) if op == "delete" and "/snapshot/snapshot-" in p]
-    earliest_write = [i for i, (op, p) in enumerate(io.log) if op == "write" and p.endswith("/snapshot/EARLIEST")]
-    file_deletes = [i for i, (op, p) in enumerate(io.log) if op == "delete" and "/snapshot/" not in p]
+    snapshot_deletes = [i for i, (op, p) in enumerate(log) if op == "delete" and "/snapshot/snapshot-" in p]
+    earliest_write = [i for i, (op, p) in enumerate(log) if op == "write" and p.endswith("/snapshot/EARLIEST")]
+    file_deletes = [i for i, (op, p) in enumerate(log) if op == "delete" and "/snapshot/" not in p]
     assert snapshot_deletes and earliest_write and file_deletes
     assert max(snapshot_deletes) < earliest_write[0] < min(file_deletes)
     # oldest first: the live ids stay one contiguous range while deleting
-    ids = [int(io.log[i][1].rsplit("-", 1)[1]) for i in snapshot_deletes]
+    ids = [int(log[i][1].rsplit("-", 1)[1]) for i in snapshot_deletes]
     assert ids == sorted(ids)
 
 
@@ -153,8 +165,7 @@ def test_crash_after_unpublishing_leaves_only_orphans(catalog, monkeypatch):
     leftovers = files_on_disk(table) - needed
     assert leftovers
     assert table.remove_orphan_files().deleted == []  # younger than the default one-day guard
-    for p in leftovers:
-        age(p, 2 * 86400)
+    advance_clock(monkeypatch, 2 * 86400)
     removed = set(table.remove_orphan_files().deleted)
     assert removed == leftovers
     assert any("/data-" in p for p in removed) and any("/manifest/" in p for p in removed)
@@ -168,10 +179,9 @@ def _set_times(table, base_millis):
     """Rewrite snapshot N's timeMillis to base + N seconds (for time-retained tests)."""
     for sid in range(1, table.snapshot_manager.latest_id() + 1):
         path = table.snapshot_manager.path(sid)
-        obj = read_json(path)
+        obj = read_json(table, path)
         obj["timeMillis"] = base_millis + sid * 1000
-        with open(path, "w") as f:
-            json.dump(obj, f)
+        write_json(table, path, obj)
 
 
 @pytest.fixture
@@ -238,7 +248,7 @@ def test_commits_expire_automatically_unless_write_only(catalog):
     assert len(quiet.snapshots()) == 6
 
 
-def test_expired_consumers_stop_blocking(catalog):
+def test_expired_consumers_stop_blocking(catalog, monkeypatch):
     table = catalog.create_table("db.c", APPEND_SCHEMA, options={
         "snapshot.num-retained.min": "1", "snapshot.time-retained": "0 ms", "consumer.expiration-time": "1 h"})
     table.write(pk_batch("a", [0], 0))
@@ -246,7 +256,7 @@ def test_expired_consumers_stop_blocking(catalog):
     for i in range(1, 5):
         table.write(pk_batch("a", [i], i))
     assert [s.id for s in table.snapshots()] == [1, 2, 3, 4, 5]  # pinned by the consumer
-    age(table.consumers.path("abandoned"), 2 * 3600)
+    advance_clock(monkeypatch, 2 * 3600)  # the consumer has not moved for two hours
     table.write(pk_batch("a", [5], 5))
     assert table.consumers.consumers() == {}
     table.expire_snapshots()  # the commit's own expiry may have run before the consumer expired

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 import pyarrow as pa
 import pytest
-from maintenance_helpers import PK_SCHEMA, age, files_on_disk, live_paths, pk_batch, read_json, rows
+from maintenance_helpers import PK_SCHEMA, advance_clock, exists, files_on_disk, live_paths, pk_batch, read_json, rows
 
 from strata.operation.partition_expire import java_pattern_to_strptime, parse_partition_time
 
@@ -37,33 +36,26 @@ def _plant_orphans(table):
     for rel in ("manifest/manifest-deadbeef-0", "manifest/manifest-list-deadbeef-1",
                 "snapshot/.snapshot-9.abc.tmp", "tag/.tag-x.abc.tmp"):
         path = f"{table.path}/{rel}"
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(b"x")
+        table.file_io.write_bytes(path, b"x")
         extra.append(path)
     return data + extra
 
 
-def test_orphans_older_than_the_guard_are_removed(table):
+def test_orphans_older_than_the_guard_are_removed(table, monkeypatch):
     state = {s.id: rows(table, snapshot_id=s.id) for s in table.snapshots()}
     tagged = rows(table, tag="first")
     orphans = _plant_orphans(table)
-    assert all(os.path.exists(p) for p in orphans)
+    assert all(exists(table, p) for p in orphans)
     # young: the default one-day guard keeps them (a writer may be about to commit them)
     result = table.remove_orphan_files()
     assert result.deleted == [] and result.kept_young == len(orphans)
-    for p in orphans:
-        age(p, 2 * 86400)
-    for root, dirs, _ in os.walk(f"{table.path}/dt=c"):
-        for d in dirs:
-            age(os.path.join(root, d), 2 * 86400)
-    age(f"{table.path}/dt=c", 2 * 86400)  # directories are only removed when old too
+    advance_clock(monkeypatch, 2 * 86400)  # two days later (directories are only removed when old too)
     assert sorted(table.remove_orphan_files(dry_run=True).deleted) == sorted(orphans)
-    assert all(os.path.exists(p) for p in orphans)
+    assert all(exists(table, p) for p in orphans)
     result = table.remove_orphan_files()
     assert sorted(result.deleted) == sorted(orphans) and result.deleted_bytes > 0
-    assert not any(os.path.exists(p) for p in orphans)
-    assert not os.path.exists(f"{table.path}/dt=c")  # the emptied, old partition directory went too
+    assert not any(exists(table, p) for p in orphans)
+    assert not exists(table, f"{table.path}/dt=c")  # the emptied, old partition directory went too
     # nothing referenced was touched: every snapshot and the tag read as before
     for sid, expected in state.items():
         assert rows(table, snapshot_id=sid) == expected
@@ -72,15 +64,14 @@ def test_orphans_older_than_the_guard_are_removed(table):
     assert needed <= files_on_disk(table)
 
 
-def test_guard_by_explicit_age_and_timestamp(table):
+def test_guard_by_explicit_age_and_timestamp(table, monkeypatch):
     orphans = _plant_orphans(table)
-    for p in orphans:
-        age(p, 3 * 3600)
+    advance_clock(monkeypatch, 3 * 3600)  # the orphans are three hours old
     assert table.remove_orphan_files(older_than="4 h").deleted == []
     assert table.remove_orphan_files(older_than=dt.datetime.now() - dt.timedelta(hours=5)).deleted == []
     assert sorted(table.remove_orphan_files(older_than=dt.timedelta(hours=2)).deleted) == sorted(orphans)
     with pytest.raises(ValueError, match="future"):
-        table.remove_orphan_files(older_than=dt.datetime.now() + dt.timedelta(hours=1))
+        table.remove_orphan_files(older_than=dt.datetime.now() + dt.timedelta(hours=4))  # 1 h after the clock
 
 
 def test_in_flight_commit_files_survive(table):
@@ -173,19 +164,20 @@ def test_java_formatter_patterns():
 # -- consumers ----------------------------------------------------------------------------------------
 
 
-def test_consumer_files(table):
+def test_consumer_files(table, monkeypatch):
     assert table.consumers.consumers() == {}
     table.reset_consumer("etl", 3)
     table.reset_consumer("audit", 2)
-    assert read_json(f"{table.path}/consumer/consumer-etl") == {"nextSnapshot": 3}
+    assert read_json(table, f"{table.path}/consumer/consumer-etl") == {"nextSnapshot": 3}
     assert table.consumers.consumer("etl") == 3 and table.consumers.consumer("nope") is None
     assert table.consumers.min_next_snapshot() == 2
     assert {r["consumer_id"]: r["next_snapshot_id"] for r in table.system_table("consumers").to_pylist()} == \
         {"etl": 3, "audit": 2}
     table.reset_consumer("etl-2", 5)
     assert table.clear_consumers("etl.*", excluding="etl") == ["etl-2"]
-    age(table.consumers.path("audit"), 7200)
-    assert table.consumers.expire(3600_000) == ["audit"]
-    assert table.clear_consumers() == ["etl"]
+    assert table.consumers.expire(3600_000) == []
+    advance_clock(monkeypatch, 7200)  # neither consumer moved for two hours
+    assert sorted(table.consumers.expire(3600_000)) == ["audit", "etl"]
+    assert table.clear_consumers() == []
     with pytest.raises(ValueError):
         table.reset_consumer("bad/id", 1)

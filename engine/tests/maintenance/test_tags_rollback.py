@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 
 import pyarrow as pa
 import pytest
-from maintenance_helpers import PK_SCHEMA, files_on_disk, live_paths, pk_batch, read_json, read_text, rows
+from maintenance_helpers import PK_SCHEMA, exists, files_on_disk, live_paths, pk_batch, read_json, read_text, rows
 
 from strata.errors import SnapshotNotFoundError
 from strata.operation.expire import expire_tags
@@ -49,10 +48,10 @@ def test_create_list_delete_and_time_travel(table):
 
 def test_tag_file_is_paimons_shape(table):
     table.create_tag("plain", 2)
-    plain = read_json(table.tags.path("plain"))
+    plain = read_json(table, table.tags.path("plain"))
     assert plain["id"] == 2 and "tagCreateTime" not in plain and "tagTimeRetained" not in plain
     table.create_tag("kept", 3, time_retained="1 h")
-    kept = read_json(table.tags.path("kept"))
+    kept = read_json(table, table.tags.path("kept"))
     assert isinstance(kept["tagCreateTime"], list) and len(kept["tagCreateTime"]) == 7
     assert kept["tagTimeRetained"] == 3600.0
     info = table.tags.info("kept")
@@ -97,8 +96,8 @@ def test_tag_keeps_files_after_expiry_and_delete_cleans_them(table):
     latest = live_paths(table, table.latest_snapshot())
     assert table.delete_tag("v5")
     assert rows(table, tag="v3") == v3
-    assert all(os.path.exists(p) for p in paths3 | latest)
-    assert not any(os.path.exists(p) for p in paths5 - paths3 - latest)
+    assert all(exists(table, p) for p in paths3 | latest)
+    assert not any(exists(table, p) for p in paths5 - paths3 - latest)
     assert table.delete_tag("v3")
     assert files_on_disk(table) == latest
 
@@ -114,7 +113,7 @@ def test_rollback_to_snapshot(table):
     result = table.rollback_to(3)
     assert result.deleted_snapshots == [4, 5, 6] and result.deleted_tags == ["v5"]
     assert [s.id for s in table.snapshots()] == [1, 2, 3]
-    assert read_text(f"{table.path}/snapshot/LATEST") == "3"
+    assert read_text(table, f"{table.path}/snapshot/LATEST") == "3"
     assert rows(table) == expected[3]
     assert rows(table, tag="v2") == expected[2]
     assert table.tags.names() == ["v2"]
@@ -134,7 +133,7 @@ def test_rollback_to_tag_and_to_a_tag_whose_snapshot_expired(table):
     table.rollback_to("v4")
     assert [s.id for s in table.snapshots()] == [4]
     assert table.snapshot_manager.earliest_id() == 4 and table.snapshot_manager.latest_id() == 4
-    assert "tagCreateTime" not in read_json(table.snapshot_manager.path(4))
+    assert "tagCreateTime" not in read_json(table, table.snapshot_manager.path(4))
     assert rows(table) == expected[4]
     assert rows(table, tag="v2") == expected[2]
     table.rollback_to(2)  # an expired snapshot id: found through its tag, as Paimon does

@@ -4,18 +4,10 @@ commit (tiny write buffers), compaction, projections and option validation."""
 import pyarrow as pa
 import pytest
 
-import strata
 from strata.errors import OptionError, StrataError
 from strata.mergetree.merge_function import MergeError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64()), ("s", pa.string()), ("ts", pa.int64())])
-
-
-@pytest.fixture
-def catalog(tmp_path):
-    cat = strata.load_catalog(str(tmp_path / "warehouse"))
-    cat.create_database("db")
-    return cat
 
 
 def data(ids, v=None, s=None, ts=None, schema=SCHEMA):

@@ -42,8 +42,8 @@ class Delta:
 
 
 @pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[strata.Catalog]:
-    cat = strata.load_catalog(str(tmp_path / "wh"))
+def catalog(warehouse: str, warehouse_options: dict[str, str]) -> Iterator[strata.Catalog]:
+    cat = strata.load_catalog(warehouse, **warehouse_options)
     cat.create_database("m")
     yield cat
 
@@ -249,16 +249,19 @@ def test_snapshot_expiry_after_commits_is_counted(catalog: strata.Catalog) -> No
     assert value("strata_expire_last_success_timestamp_seconds", **t) > 1.7e9
 
 
-def test_orphan_cleanup_is_counted_but_not_its_dry_runs(catalog: strata.Catalog) -> None:
+def test_orphan_cleanup_is_counted_but_not_its_dry_runs(catalog: strata.Catalog,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     import datetime as dt
-    import os
+    import time
+    from types import SimpleNamespace
+
+    from strata.operation import orphan
 
     table = pk_table(catalog, "orphans", **{"bucket": "1"})
     table.write(rows(range(10)))
-    bucket_dir = Path(table.path) / "bucket-0"
-    stray = bucket_dir / "data-stray-0.parquet"
-    stray.write_bytes(b"x" * 1234)
-    os.utime(stray, (1_000_000_000, 1_000_000_000))  # long ago: past the age guard
+    table.file_io.write_bytes(f"{table.path}/bucket-0/data-stray-0.parquet", b"x" * 1234)
+    # two hours later the stray is past the age guard (object stores set modification times themselves)
+    monkeypatch.setattr(orphan, "time", SimpleNamespace(time=lambda: time.time() + 7200))
     d = Delta()
     assert len(table.remove_orphan_files(older_than=dt.timedelta(hours=1), dry_run=True).deleted) == 1
     assert d("strata_orphan_cleanup_runs_total", table="m.orphans", result="success") == 0
@@ -321,8 +324,9 @@ def test_every_metric_is_documented() -> None:
     assert not missing, f"add to observability/README.md: {missing}"
 
 
-def test_serve_metrics_on_loopback(catalog: strata.Catalog) -> None:
-    pk_table(catalog, "served").write(rows(range(3)))
+def test_serve_metrics_on_loopback(catalog: strata.Catalog, storage: str) -> None:
+    name = f"served_{storage}"  # the registry is per process: one table name per variant
+    pk_table(catalog, name).write(rows(range(3)))
     server = metrics.serve_metrics(0)
     try:
         host, port = server.server_address[:2]
@@ -333,7 +337,7 @@ def test_serve_metrics_on_loopback(catalog: strata.Catalog) -> None:
         server.shutdown()
         server.server_close()
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    samples = [s for s in families["strata_commits"].samples if s.labels.get("table") == "m.served"]
+    samples = [s for s in families["strata_commits"].samples if s.labels.get("table") == f"m.{name}"]
     assert any(s.labels["result"] == "success" and s.value == 1 for s in samples)
     assert "process_cpu_seconds" in families  # a long-running job also shows its process
     assert not any(name.endswith("_created") for name in families)

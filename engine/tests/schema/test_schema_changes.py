@@ -44,7 +44,13 @@ def append(catalog: strata.Catalog) -> strata.Table:
 
 
 def _schema_file(table: strata.Table, schema_id: int) -> dict:
-    return json.loads(Path(f"{table.path}/schema/schema-{schema_id}").read_text())
+    return json.loads(table.file_io.read_bytes(f"{table.path}/schema/schema-{schema_id}"))
+
+
+@pytest.fixture
+def jdbc_options(warehouse_options: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """Options of a JDBC catalog over the test's warehouse (embedded SQLite, kept on local disk)."""
+    return {"metastore": "jdbc", "uri": f"sqlite:///{tmp_path}/catalog.sqlite", **warehouse_options}
 
 
 # -- every change kind ---------------------------------------------------------------------------------
@@ -335,7 +341,7 @@ def test_concurrent_changes_all_land(catalog: strata.Catalog, pk: strata.Table) 
 
     def add(i: int) -> None:
         try:
-            strata.load_catalog(catalog.warehouse).alter_table(  # type: ignore[attr-defined]
+            strata.load_catalog(catalog.warehouse, **catalog.options).alter_table(  # type: ignore[attr-defined]
                 "db.pk", [SchemaChange.add_column(f"col{i}", "INT")])
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
@@ -368,8 +374,8 @@ def test_stale_table_object(catalog: strata.Catalog, append: strata.Table) -> No
     assert catalog.get_table("db.ap").to_arrow().sort_by("id").equals(data)
 
 
-def test_jdbc_catalog_alter(tmp_path: Path) -> None:
-    catalog = strata.load_catalog(str(tmp_path / "wh"), metastore="jdbc")
+def test_jdbc_catalog_alter(warehouse: str, jdbc_options: dict[str, str]) -> None:
+    catalog = strata.load_catalog(warehouse, **jdbc_options)
     catalog.create_database("db")
     t = catalog.create_table("db.t", SCHEMA, primary_keys=["id", "dt"], partition_keys=["dt"],
                              options={"bucket": "1"})
@@ -389,11 +395,10 @@ def test_jdbc_catalog_alter(tmp_path: Path) -> None:
 def test_options_of_other_engines_are_kept(catalog: strata.Catalog, pk: strata.Table) -> None:
     """A table another Paimon engine created may carry options Strata does not know: altering it keeps
     them (only options being set are validated)."""
-    path = Path(f"{pk.path}/schema/schema-1")
     obj = _schema_file(pk, 0)
     obj["id"] = 1
     obj["options"]["changelog-producer.lookup-wait"] = "false"
-    path.write_text(json.dumps(obj))
+    pk.file_io.write_bytes(f"{pk.path}/schema/schema-1", json.dumps(obj).encode())
     t = catalog.alter_table("db.pk", [SchemaChange.add_column("z", "INT")])
     assert t is not None and t.schema.id == 2
     assert t.options["changelog-producer.lookup-wait"] == "false"
@@ -401,10 +406,11 @@ def test_options_of_other_engines_are_kept(catalog: strata.Catalog, pk: strata.T
         t.set_options(**{"changelog-producer.lookup-wait": "true"})
 
 
-def test_jdbc_schema_change_takes_the_table_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jdbc_schema_change_takes_the_table_lock(warehouse: str, jdbc_options: dict[str, str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Where snapshots are published under the JDBC lock (object stores without conditional PUT),
     schema versions are too (Paimon's JdbcCatalog.alterTableImpl runs commitChanges with the lock)."""
-    catalog = strata.load_catalog(str(tmp_path / "wh"), metastore="jdbc", **{"lock.enabled": "true"})
+    catalog = strata.load_catalog(warehouse, **{**jdbc_options, "lock.enabled": "true"})
     catalog.create_database("db")
     catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
     taken: list[tuple[str, str]] = []

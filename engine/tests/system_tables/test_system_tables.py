@@ -295,8 +295,9 @@ def test_get_table_with_suffix(catalog: strata.Catalog, pk: strata.Table) -> Non
         pk.system_table("options", columns=["nope"])
 
 
-def test_jdbc_catalog_system_tables(tmp_path) -> None:
-    catalog = strata.load_catalog(str(tmp_path / "wh"), metastore="jdbc")
+def test_jdbc_catalog_system_tables(warehouse, warehouse_options, tmp_path) -> None:
+    catalog = strata.load_catalog(warehouse, metastore="jdbc", uri=f"sqlite:///{tmp_path}/catalog.sqlite",
+                                  **warehouse_options)
     catalog.create_database("db")
     t = catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
     t.write(_data([1, 2]))

@@ -167,11 +167,11 @@ def test_rowkind_field_missing_from_data(catalog):
 
 # -- options ------------------------------------------------------------------------------------------
 
-def test_unknown_option(catalog, warehouse):
+def test_unknown_option(catalog, warehouse, warehouse_io):
     with pytest.raises(OptionError, match="bukket"):
         catalog.create_table("db.o", SCHEMA, options={"bukket": "2"})
     assert not catalog.table_exists("db.o")
-    assert not os.path.exists(os.path.join(warehouse, "db.db", "o", "schema", "schema-0"))
+    assert not warehouse_io.exists(f"{warehouse}/db.db/o/schema/schema-0")
 
 
 @pytest.mark.parametrize("key,value", [
@@ -231,9 +231,8 @@ def test_commit_after_close(unchanged):
 
 # -- damaged metadata ---------------------------------------------------------------------------------
 
-def _damage(path, how):
-    with open(path, "rb") as f:
-        data = f.read()
+def _damage(table, path, how):
+    data = table.file_io.read_bytes(path)
     if how == "truncate":
         data = data[: len(data) // 2]
     elif how == "empty":
@@ -245,8 +244,7 @@ def _damage(path, how):
         data = data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
     elif how == "tail":
         data = data[:-1]
-    with open(path, "wb") as f:
-        f.write(data)
+    table.file_io.write_bytes(path, data)
 
 
 DAMAGES = ["truncate", "empty", "garbage", "flip", "tail"]
@@ -264,7 +262,7 @@ def _assert_corrupt(table, culprit):
 @pytest.mark.parametrize("how", DAMAGES)
 def test_corrupt_snapshot(table, how):
     latest = table.snapshot_manager.path(table.snapshot_manager.latest_id())
-    _damage(latest, how)
+    _damage(table, latest, how)
     if how == "flip":  # a flipped byte may still parse: then the content must be checked elsewhere
         try:
             table.snapshot_manager.snapshot(table.snapshot_manager.latest_id())
@@ -282,7 +280,7 @@ def test_corrupt_manifest_list(table, which, how):
     snap = table.latest_snapshot()
     name = snap.base_manifest_list if which == "base" else snap.delta_manifest_list
     path = table.manifest_store.path(name)
-    _damage(path, how)
+    _damage(table, path, how)
     _assert_corrupt(table, path)
 
 
@@ -291,7 +289,7 @@ def test_corrupt_manifest_file(table, how):
     snap = table.latest_snapshot()
     metas = table.manifest_store.read_manifest_list(snap.delta_manifest_list)
     path = table.manifest_store.path(metas[0].file_name)
-    _damage(path, how)
+    _damage(table, path, how)
     _assert_corrupt(table, path)
 
 
@@ -299,13 +297,13 @@ def test_missing_manifest_file(table):
     snap = table.latest_snapshot()
     metas = table.manifest_store.read_manifest_list(snap.base_manifest_list)
     path = table.manifest_store.path(metas[0].file_name)
-    os.remove(path)
+    table.file_io.delete(path)
     _assert_corrupt(table, path)
 
 
 def test_corrupt_schema_file(table):
-    path = os.path.join(table.path, "schema", "schema-0")
-    _damage(path, "truncate")
+    path = f"{table.path}/schema/schema-0"
+    _damage(table, path, "truncate")
     with pytest.raises(CorruptMetadataError, match="schema-0"):
         table.catalog.get_table(str(table.identifier))
 
@@ -313,11 +311,11 @@ def test_corrupt_schema_file(table):
 @pytest.mark.parametrize("how", ["truncate", "empty", "missing"])
 def test_damaged_data_file_names_the_file(table, how):
     split = table.scan()[0]
-    path = os.path.join(split.bucket_path, split.files[0].file_name)
+    path = f"{split.bucket_path}/{split.files[0].file_name}"
     if how == "missing":
-        os.remove(path)
+        table.file_io.delete(path)
     else:
-        _damage(path, how)
+        _damage(table, path, how)
     fresh = table.catalog.get_table(str(table.identifier))
     with pytest.raises((StrataError, OSError), match=split.files[0].file_name):
         fresh.to_arrow()
@@ -352,12 +350,10 @@ def test_foreign_table_with_deletion_vectors_is_not_misread(catalog):
 
     table = catalog.create_table("db.dv", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
     table.write(batch([1]))
-    path = os.path.join(table.path, "schema", "schema-0")
-    with open(path) as f:
-        schema = json.load(f)
+    path = f"{table.path}/schema/schema-0"
+    schema = json.loads(table.file_io.read_bytes(path))
     schema["options"]["deletion-vectors.enabled"] = "true"
-    with open(path, "w") as f:
-        json.dump(schema, f)
+    table.file_io.write_bytes(path, json.dumps(schema).encode())
     with pytest.raises(NotImplementedError, match="deletion vectors"):
         catalog.get_table("db.dv").to_arrow()
 

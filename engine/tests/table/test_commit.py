@@ -37,8 +37,7 @@ def prepare(table, batch):
 
 
 def snapshot_json(table, sid):
-    with open(table.snapshot_manager.path(sid)) as f:
-        return json.load(f)
+    return json.loads(table.file_io.read_bytes(table.snapshot_manager.path(sid)))
 
 
 # -- duplicate detection ------------------------------------------------------------------------
@@ -231,8 +230,7 @@ def test_mixed_bucket_counts_conflict(catalog):
 # -- hints and snapshot JSON ------------------------------------------------------------------------
 
 def hint(table, name):
-    with open(f"{table.snapshot_manager.dir}/{name}") as f:
-        return f.read().strip()
+    return table.file_io.read_bytes(f"{table.snapshot_manager.dir}/{name}").decode().strip()
 
 
 def test_latest_and_earliest_hints(table):
@@ -243,16 +241,14 @@ def test_latest_and_earliest_hints(table):
     assert hint(table, "LATEST") == "3"
     assert hint(table, "EARLIEST") == "1"
     # a stale LATEST hint: readers probe forward; the next commit repairs it
-    with open(f"{hint_dir}/LATEST", "w") as f:
-        f.write("1")
+    table.file_io.write_bytes(f"{hint_dir}/LATEST", b"1")
     assert manager.latest_id() == 3
     assert table.to_arrow().num_rows == 3
     table.write(data([3]))
     assert hint(table, "LATEST") == "4"
     # missing or garbage hints: readers list the directory
-    os.remove(f"{hint_dir}/LATEST")
-    with open(f"{hint_dir}/EARLIEST", "w") as f:
-        f.write("garbage")
+    table.file_io.delete(f"{hint_dir}/LATEST")
+    table.file_io.write_bytes(f"{hint_dir}/EARLIEST", b"garbage")
     assert manager.latest_id() == 4 and manager.earliest_id() == 1
     table.write(data([4]))
     assert snapshot_ids(table) == [1, 2, 3, 4, 5]
@@ -302,6 +298,7 @@ def test_commit_kinds_of_a_compaction_message(catalog):
     assert [e.kind for e in entries] == [FileKind.DELETE]
 
 
+@pytest.mark.local_storage_only(reason="races os.scandir of the local FileIO")
 def test_listing_survives_files_vanishing_during_the_scan(table, monkeypatch):
     """Committers create and remove temp files in snapshot/; a concurrent listing must not fail."""
     table.write(data([1]))

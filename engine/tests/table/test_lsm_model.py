@@ -7,15 +7,22 @@ as further rules with the same invariants."""
 from __future__ import annotations
 
 import functools
-import shutil
-import tempfile
+import uuid
 
 import hypothesis.strategies as st
 import pyarrow as pa
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import strata
+from strata.fs import file_io_for
 from strata.io import data_file_reader
 from strata.table import read as table_read
 
@@ -28,9 +35,10 @@ KINDS = {"+I": True, "+U": True, "-U": False, "-D": False}  # kind -> does it le
 class PrimaryKeyTableMachine(RuleBasedStateMachine):
     """Model: (partition, key) -> value; `pending` holds the operations of the open writer."""
 
-    def __init__(self) -> None:
+    def __init__(self, warehouse: str, options: dict[str, str]) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="strata-lsm-")
+        self.dir = f"{warehouse}/lsm-{uuid.uuid4().hex[:12]}"  # one warehouse per example
+        self.options = options
         self.table: strata.Table | None = None
         self.writer = None
         self.model: dict[tuple[str, int, str], str] = {}
@@ -44,7 +52,7 @@ class PrimaryKeyTableMachine(RuleBasedStateMachine):
                 write_only=st.booleans(), trigger=st.sampled_from(["2", "5"]))
     def create(self, partitioned: bool, compound: bool, buckets: int, buffer: str, batch_rows: int | None,
                write_only: bool, trigger: str) -> None:
-        catalog = strata.load_catalog(self.dir)
+        catalog = strata.load_catalog(self.dir, **self.options)
         catalog.create_database("db")
         schema = pa.schema([("k", pa.int32()), ("s", pa.string()), ("p", pa.string()), ("v", pa.string())])
         self.partitioned = partitioned
@@ -68,7 +76,7 @@ class PrimaryKeyTableMachine(RuleBasedStateMachine):
             self.writer.close()
         if self.restore_reader is not None:
             table_read.read_file = self.restore_reader
-        shutil.rmtree(self.dir, ignore_errors=True)
+        file_io_for(self.dir, self.options).delete_dir(self.dir)
 
     # -- helpers ----------------------------------------------------------------------------
     def _key(self, k: int, p: str) -> tuple[str, int, str]:
@@ -180,7 +188,12 @@ class PrimaryKeyTableMachine(RuleBasedStateMachine):
             assert sorted(self.history) == ids
 
 
-PrimaryKeyTableMachine.TestCase.settings = settings(
-    max_examples=30, stateful_step_count=20, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-test_primary_key_table_matches_model = PrimaryKeyTableMachine.TestCase
+# fewer examples on MinIO, where every step costs several round trips
+EXAMPLES = {"local": 30, "minio": 8}
+
+
+def test_primary_key_table_matches_model(storage: str, warehouse: str, warehouse_options: dict[str, str]) -> None:
+    run_state_machine_as_test(
+        lambda: PrimaryKeyTableMachine(warehouse, warehouse_options),
+        settings=settings(max_examples=EXAMPLES[storage], stateful_step_count=20, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))

@@ -530,7 +530,6 @@ def test_reopened_table_continues_sequence(catalog):
 def test_partition_directory_names_follow_java_legacy_names(catalog):
     """Other engines locate data files from the partition values: names must be Java's toString."""
     import datetime as dt
-    import os
     from decimal import Decimal
 
     schema = pa.schema([("d", pa.date32()), ("ts", pa.timestamp("ms")), ("f", pa.float64()),
@@ -542,12 +541,12 @@ def test_partition_directory_names_follow_java_legacy_names(catalog):
                           "f": [1e-5, 12.0],
                           "dec": pa.array([Decimal("1.500"), Decimal("-2.000")], pa.decimal128(6, 3)),
                           "s": ["a/b:c}", "   "], "id": pa.array([1, 2], pa.int32())}))
-    dirs = sorted(os.path.relpath(s.bucket_path, table.path) for s in table.scan())
+    dirs = sorted(s.bucket_path.removeprefix(f"{table.path}/") for s in table.scan())
     assert dirs == sorted([
         "d=19782/ts=2024-01-02T03%3A04%3A05.006/f=1.0E-5/dec=1.500/s=a%2Fb%3Ac%7D/bucket-0",
         "d=__DEFAULT_PARTITION__/ts=2024-01-02T03%3A04/f=12.0/dec=-2.000/s=__DEFAULT_PARTITION__/bucket-0",
     ])
-    assert all(os.path.isdir(os.path.join(table.path, d)) for d in dirs)
+    assert all(table.file_io.exists(f"{table.path}/{d}") for d in dirs)
     assert rows(table, ["id"])[1]["s"] == "   "
 
 
