@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -17,11 +19,55 @@ from strata.manifest.simple_stats import SimpleStats
 from strata.schema.table_schema import TableSchema
 from strata.table.paths import PathFactory
 
-_CACHE_ENTRIES = 256
+
+class DecodedFileCache:
+    """Decoded immutable files by path, shared by every table object of the process.
+
+    Manifest files and manifest lists are written once under a fresh UUID name and never
+    rewritten, so a decoded copy stays valid until the file is gone (and then nothing refers to
+    it). On object storage this saves a GET per manifest list and manifest on every scan and
+    commit. Bounded by weight (entries held), least recently used first out."""
+
+    def __init__(self, max_weight: int):
+        self.max_weight = max_weight
+        self._items: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+        self._weight = 0
+        self._lock = threading.Lock()
+
+    def get(self, path: str) -> Any | None:
+        with self._lock:
+            item = self._items.get(path)
+            if item is None:
+                return None
+            self._items.move_to_end(path)
+            return item[0]
+
+    def put(self, path: str, value: Any, weight: int) -> None:
+        weight = max(1, weight)
+        if weight > self.max_weight:
+            return
+        with self._lock:
+            if path in self._items:
+                return
+            self._items[path] = (value, weight)
+            self._weight += weight
+            while self._weight > self.max_weight:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._weight -= dropped
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._weight = 0
+
+
+# about 200 bytes a decoded entry: some 100 MB at most
+DECODED_MANIFESTS = DecodedFileCache(max_weight=500_000)
 
 
 class ManifestStore:
-    """The manifest/ directory of a table. Manifest files are immutable, so reads are cached."""
+    """The manifest/ directory of a table. Manifest files and lists are immutable, so their
+    decoded contents are cached process-wide (DECODED_MANIFESTS)."""
 
     def __init__(self, file_io: FileIO, table_path: str, schema: TableSchema,
                  target_file_size: int = 8 << 20, merge_min_count: int = 30,
@@ -33,18 +79,16 @@ class ManifestStore:
         self.target_file_size = target_file_size
         self.merge_min_count = merge_min_count
         self.compression = compression
-        self._cache: OrderedDict[str, list[ManifestEntry]] = OrderedDict()
 
     def path(self, name: str) -> str:
         return f"{self.dir}/{name}"
 
     # -- manifest files ---------------------------------------------------------------------
     def read_manifest(self, name: str) -> list[ManifestEntry]:
-        cached = self._cache.get(name)
-        if cached is not None:
-            self._cache.move_to_end(name)
-            return cached
         path = self.path(name)
+        cached: list[ManifestEntry] | None = DECODED_MANIFESTS.get(path)
+        if cached is not None:
+            return list(cached)  # a copy: callers may extend or sort what they get
         try:
             data = self.file_io.read_bytes(path)
         except FileNotFoundError:
@@ -53,9 +97,7 @@ class ManifestStore:
             entries = codec.decode_manifest(data)
         except Exception as exc:
             raise CorruptMetadataError(f"manifest file {path} is corrupt: {exc}") from None
-        self._cache[name] = entries
-        if len(self._cache) > _CACHE_ENTRIES:
-            self._cache.popitem(last=False)
+        DECODED_MANIFESTS.put(path, entries, len(entries))
         return entries
 
     def write_manifests(self, entries: Sequence[ManifestEntry], paths: PathFactory) -> list[ManifestFileMeta]:
@@ -73,7 +115,7 @@ class ManifestStore:
         name = paths.new_manifest_name()
         data = codec.encode_manifest(entries, compression=self.compression)
         self.file_io.write_bytes(self.path(name), data)
-        self._cache[name] = entries
+        DECODED_MANIFESTS.put(self.path(name), entries, len(entries))
         added = sum(1 for e in entries if e.kind == FileKind.ADD)
         return ManifestFileMeta(
             file_name=name, file_size=len(data), num_added_files=added,
@@ -105,18 +147,24 @@ class ManifestStore:
         name = paths.new_manifest_list_name()
         data = codec.encode_manifest_list(list(metas), compression=self.compression)
         self.file_io.write_bytes(self.path(name), data)
+        DECODED_MANIFESTS.put(self.path(name), list(metas), len(metas))
         return name, len(data)
 
     def read_manifest_list(self, name: str) -> list[ManifestFileMeta]:
         path = self.path(name)
+        cached: list[ManifestFileMeta] | None = DECODED_MANIFESTS.get(path)
+        if cached is not None:
+            return list(cached)
         try:
             data = self.file_io.read_bytes(path)
         except FileNotFoundError:
             raise CorruptMetadataError(f"manifest list {path} is missing") from None
         try:
-            return codec.decode_manifest_list(data)
+            metas = codec.decode_manifest_list(data)
         except Exception as exc:
             raise CorruptMetadataError(f"manifest list {path} is corrupt: {exc}") from None
+        DECODED_MANIFESTS.put(path, metas, len(metas))
+        return metas
 
     def read_entries(self, metas: Iterable[ManifestFileMeta]) -> list[ManifestEntry]:
         out: list[ManifestEntry] = []

@@ -17,6 +17,7 @@ from strata.errors import (
     StrataError,
     WriterClosedError,
 )
+from strata.operation.manifests import DECODED_MANIFESTS
 
 SCHEMA = pa.schema([("id", pa.int64()), ("dt", pa.string()), ("small", pa.int8()),
                     ("price", pa.decimal128(10, 2)), ("ts", pa.timestamp("us")), ("f", pa.float32()),
@@ -251,6 +252,9 @@ DAMAGES = ["truncate", "empty", "garbage", "flip", "tail"]
 
 
 def _assert_corrupt(table, culprit):
+    # the damage happened behind the process's back: drop what it already decoded (immutable
+    # manifests are cached process-wide), as a process started after the damage would have
+    DECODED_MANIFESTS.clear()
     fresh = table.catalog.get_table(str(table.identifier))
     with pytest.raises(CorruptMetadataError, match=os.path.basename(culprit)):
         fresh.to_arrow()
