@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -95,6 +95,18 @@ def get_int(options: Mapping[str, str], key: str) -> int | None:
         return int(value)
     except ValueError:
         raise OptionError(f"option {key!r} must be an integer, got {value!r}") from None
+
+
+def first_int(options: Mapping[str, str], keys: Sequence[str], minimum: int | None = None) -> int | None:
+    """The integer of the first of `keys` (aliases, e.g. Strata's and Paimon's name) that is set."""
+    for key in keys:
+        value = get_int(options, key)
+        if value is None:
+            continue
+        if minimum is not None and value < minimum:
+            raise OptionError(f"option {key!r} must be at least {minimum}, got {value}")
+        return value
+    return None
 
 
 def parse_partition_spec(text: str) -> dict[str, str]:

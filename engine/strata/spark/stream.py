@@ -4,8 +4,9 @@ Offsets are ``{"snapshot": N}``: every change up to and including snapshot N has
 A micro-batch (start, end] reads the changes of the snapshots start+1 .. end, in order: the
 changelog files with a changelog producer, else what APPEND commits wrote (COMPACT and
 OVERWRITE snapshots carry no changes then, as in Paimon's streaming read). When the query
-starts with a full scan (``latest-full``, ``from-snapshot-full``), the offsets also carry
-``"base": S``: position S then stands for the whole content of snapshot S instead of its delta.
+starts with a full scan (``latest-full``, ``compacted-full``, ``from-snapshot-full``), the
+offsets also carry ``"base": S``: position S then stands for the whole content of snapshot S
+instead of its delta.
 
 Options:
     scan.mode              latest-full (default; also 'default', 'full'): snapshot S = the latest at
@@ -14,12 +15,23 @@ Options:
                            from-snapshot (+ scan.snapshot-id K): changes of K, K+1, ...;
                            from-snapshot-full (+ scan.snapshot-id K): snapshot K in full, then changes;
                            from-timestamp (+ scan.timestamp-millis T): changes of the snapshots
-                           committed at or after T.
+                           committed at or after T;
+                           compacted-full: the latest COMPACT snapshot in full (the latest snapshot
+                           when the table was never compacted), then its successors' changes.
+    scan.bounded.watermark W
+                           end the stream before the first snapshot whose watermark exceeds W
+                           (a snapshot without a watermark never ends it). The base snapshot of a
+                           full start is read whole even if its watermark exceeds W, as in Paimon.
+                           Spark cannot end a query from its source: the query then idles with
+                           no new data; Trigger.AvailableNow stops.
     include-row-kind       true: a `_ROW_KIND` column first (+I/-U/+U/-D); default false: only
                            +I and +U rows, without the column.
-    max-rows-per-trigger   admission control: a micro-batch takes whole snapshots until their
-                           record counts reach this (at least one snapshot); Trigger.AvailableNow
-                           then runs several batches up to the latest snapshot at its start.
+    max-rows-per-trigger   admission control (also Paimon's read.stream.maxRowsPerTrigger): a
+                           micro-batch takes whole snapshots while their record counts stay within
+                           this (at least one snapshot, however large); Trigger.AvailableNow then
+                           runs several batches up to the latest snapshot at its start.
+    max-files-per-trigger  the same for the number of data (or changelog) files (also
+                           read.stream.maxFilesPerTrigger); with both, a batch stays within both.
     consumer-id            progress is saved to <table>/consumer/consumer-<id> as
                            {"nextSnapshot": N} (Paimon's format, ``Table.consumers``); a query
                            started with that id and no checkpoint resumes there, and snapshot
@@ -41,19 +53,29 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from strata.errors import OptionError
 from strata.scan.planner import DataSplit
-from strata.spark.options import TableRef, get_int
+from strata.snapshot.snapshot import NO_WATERMARK, CommitKind, Snapshot
+from strata.spark.options import TableRef, first_int, get_int
 from strata.spark.source import Projection
 from strata.table.table import Table
 
 CONSUMER_REFRESH_SECONDS = 60.0
 _MODES = {"latest-full": "latest-full", "default": "latest-full", "full": "latest-full",
           "latest": "latest", "latest-delta": "latest", "from-snapshot": "from-snapshot",
-          "from-snapshot-full": "from-snapshot-full", "from-timestamp": "from-timestamp"}
+          "from-snapshot-full": "from-snapshot-full", "from-timestamp": "from-timestamp",
+          "compacted-full": "compacted-full"}
+MAX_ROWS_KEYS = ("max-rows-per-trigger", "read.stream.maxrowspertrigger")
+MAX_FILES_KEYS = ("max-files-per-trigger", "read.stream.maxfilespertrigger")
 
 
 class ChangesPartition(InputPartition):
@@ -65,21 +87,51 @@ class ChangesPartition(InputPartition):
         self.splits = splits
 
 
-def _admit(table: Table, position: int, latest: int, base: int | None, max_rows: int) -> int:
-    """The last snapshot of a batch after `position` whose records stay within `max_rows` (at
-    least one snapshot); the base snapshot counts its whole content."""
-    manager = table.snapshot_manager
-    with_changelog = table.core.get("changelog-producer") != "none"
-    rows = 0
+def _admit(table: Table, position: int, latest: int, base: int | None, max_rows: int | None,
+           max_files: int | None) -> int:
+    """The last snapshot of a batch after `position` whose records and files stay within the
+    limits (at least one snapshot); the base snapshot counts its whole content."""
+    rows = files = 0
     for sid in range(position + 1, latest + 1):
-        snapshot = manager.snapshot(sid)
-        if sid == base:
-            rows += snapshot.total_record_count or 0
-        elif with_changelog:
-            rows += snapshot.changelog_record_count or 0
-        elif snapshot.commit_kind == "APPEND":
-            rows += snapshot.delta_record_count or 0
-        if rows >= max_rows:
+        snap_rows, snap_files = _weight(table, table.snapshot_manager.snapshot(sid), sid == base)
+        rows, files = rows + snap_rows, files + snap_files
+        over = (max_rows is not None and rows > max_rows) or (max_files is not None and files > max_files)
+        if over:
+            return max(sid - 1, position + 1)
+    return latest
+
+
+def _weight(table: Table, snapshot: Snapshot, whole: bool) -> tuple[int, int]:
+    """(records, files) a stream reads for `snapshot`, from the snapshot and its manifest lists
+    (no manifest is opened): all live files when read `whole`, else its changes."""
+    store = table.manifest_store
+    if whole:
+        metas = (store.read_manifest_list(snapshot.base_manifest_list)
+                 + store.read_manifest_list(snapshot.delta_manifest_list))
+        return snapshot.total_record_count or 0, sum(m.num_added_files - m.num_deleted_files for m in metas)
+    if table.core.get("changelog-producer") != "none":
+        listed = snapshot.changelog_manifest_list
+        metas = store.read_manifest_list(listed) if listed else []
+        return snapshot.changelog_record_count or 0, sum(m.num_added_files for m in metas)
+    if snapshot.commit_kind != CommitKind.APPEND:
+        return 0, 0
+    metas = store.read_manifest_list(snapshot.delta_manifest_list)
+    return snapshot.delta_record_count or 0, sum(m.num_added_files for m in metas)
+
+
+def _exceeds(snapshot: Snapshot, bound: int) -> bool:
+    watermark = snapshot.watermark
+    return watermark is not None and watermark != NO_WATERMARK and watermark > bound
+
+
+def _latest_compacted(table: Table) -> int | None:
+    """The newest COMPACT snapshot, else the newest snapshot (Paimon's compacted-full start)."""
+    manager = table.snapshot_manager
+    latest, earliest = manager.latest_id(), manager.earliest_id()
+    if latest is None or earliest is None:
+        return None
+    for sid in range(latest, earliest - 1, -1):
+        if manager.snapshot(sid).commit_kind == CommitKind.COMPACT:
             return sid
     return latest
 
@@ -99,9 +151,13 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.consumer_id = settings.get("consumer-id")
         Projection(ref.load(), schema)  # unknown columns fail now, not in the first task
         self.available_now_end: int | None = None
-        self.max_rows = get_int(settings, "max-rows-per-trigger")
-        if self.max_rows is not None and self.max_rows < 1:
-            raise OptionError("max-rows-per-trigger must be at least 1")
+        self.max_rows = first_int(settings, MAX_ROWS_KEYS, minimum=1)
+        self.max_files = first_int(settings, MAX_FILES_KEYS, minimum=1)
+        self.bounded_watermark = get_int(settings, "scan.bounded.watermark")
+        # the first snapshot (after the base) past the bounded watermark, once seen; and how far
+        # snapshots were checked without finding it (snapshots never change, so both are final)
+        self.bound_stop: int | None = None
+        self.bound_checked = 0
         self.consumer_saved: int | None = None
         self.consumer_saved_at = 0.0
         self._driver_table: Table | None = None
@@ -126,8 +182,9 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             next_snapshot = table.consumers.consumer(self.consumer_id)
             if next_snapshot is not None:
                 return {"snapshot": next_snapshot - 1}
-        if self.mode == "latest-full":
-            return {"snapshot": latest - 1, "base": latest} if latest else {"snapshot": 0}
+        if self.mode in ("latest-full", "compacted-full"):
+            start = _latest_compacted(table) if self.mode == "compacted-full" else latest
+            return {"snapshot": start - 1, "base": start} if start else {"snapshot": 0}
         if self.mode == "latest":
             return {"snapshot": latest}
         if self.mode in ("from-snapshot", "from-snapshot-full"):
@@ -144,7 +201,11 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"snapshot": first.id - 1} if first is not None else {"snapshot": latest}
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_rows) if self.max_rows is not None else ReadAllAvailable()
+        if self.max_rows is not None:
+            return ReadMaxRows(self.max_rows)
+        if self.max_files is not None:
+            return ReadMaxFiles(self.max_files)
+        return ReadAllAvailable()
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         table = self._table()
@@ -156,10 +217,32 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = table.snapshot_manager.latest_id() or 0
         if self.available_now_end is not None:
             latest = min(latest, self.available_now_end)
+        if self.bounded_watermark is not None:
+            latest = self._before_bound(table, position, latest, base)
         end = max(latest, position)
-        if isinstance(limit, ReadMaxRows) and end > position:
-            end = _admit(table, position, end, base, limit.max_rows)
+        limited = not isinstance(limit, ReadAllAvailable) and (self.max_rows or self.max_files)
+        if limited and end > position:
+            end = _admit(table, position, end, base, self.max_rows, self.max_files)
         return {**start, "snapshot": end}
+
+    def _before_bound(self, table: Table, position: int, latest: int, base: int | None) -> int:
+        """`latest`, capped before the first snapshot whose watermark passes the bound (the base
+        snapshot of a full start is read whole, and then ends the stream if it passes)."""
+        assert self.bounded_watermark is not None
+        manager = table.snapshot_manager
+        if base is not None and position < base:
+            if _exceeds(manager.snapshot(base), self.bounded_watermark):
+                self.bound_stop = base + 1
+            self.bound_checked = max(self.bound_checked, base)
+        first = max(position, self.bound_checked) + 1
+        for sid in range(first, latest + 1):
+            if self.bound_stop is not None:
+                break
+            if _exceeds(manager.snapshot(sid), self.bounded_watermark):
+                self.bound_stop = sid
+            else:
+                self.bound_checked = sid
+        return latest if self.bound_stop is None else min(latest, self.bound_stop - 1)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now_end = self._table().snapshot_manager.latest_id() or 0
