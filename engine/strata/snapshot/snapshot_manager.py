@@ -75,6 +75,16 @@ class SnapshotManager:
         return ids[0] if ids else None
 
     def latest(self) -> Snapshot | None:
+        # the common case in three requests: the hint, its snapshot (which proves it exists) and
+        # the absence of the next one
+        hint = self._hint("LATEST")
+        if hint is not None:
+            try:
+                found = self.snapshot(hint)
+            except SnapshotNotFoundError:
+                found = None
+            if found is not None and not self.exists(hint + 1):
+                return found
         latest = self.latest_id()
         return self.snapshot(latest) if latest is not None else None
 
