@@ -46,6 +46,37 @@ class LogOffsetsLostWarning(UserWarning):
     """Kafka no longer holds the offsets a hybrid read needs; it reads snapshots instead."""
 
 
+def lost_offsets(consumer: Any, topic: str, needed: Mapping[int, int]) -> list[tuple[int, int, int]]:
+    """(partition, needed offset, earliest offset) of the partitions whose records from the needed
+    offset on were dropped by Kafka's retention (the partition's low watermark is past it)."""
+    from confluent_kafka import TopicPartition
+
+    lost = []
+    for p, start in sorted(needed.items()):
+        low, _high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        if low > start:
+            lost.append((p, start, low))
+    return lost
+
+
+def report_fallback(table: str, why: str, stacklevel: int = 2) -> None:
+    """Count, log and warn that a hybrid read of `table` reads snapshots instead of the log."""
+    metrics.inc(metrics.HYBRID_FALLBACKS)
+    metrics.engine("log_hybrid_fallback", table)
+    message = f"hybrid read of table {table} falls back to snapshot-based reading: {why}"
+    log.warning(message)
+    warnings.warn(message, LogOffsetsLostWarning, stacklevel=stacklevel)
+
+
+def repair_of_snapshot_up_to(message: Any, snapshot_id: int) -> bool:
+    """Is `message` a re-produced record (header strata.repair) of a snapshot <= `snapshot_id`?
+    A reader that took that snapshot from the files must skip it."""
+    for name, value in message.headers() or ():
+        if name == REPAIR_HEADER:
+            return int(value.split(b" ", 1)[0]) <= snapshot_id
+    return False
+
+
 class HybridReader:
     def __init__(self, table: Table, snapshot_id: int | None = None, columns: Sequence[str] | None = None,
                  consumer_config: Mapping[str, Any] | None = None):
@@ -86,12 +117,11 @@ class HybridReader:
         if metadata is None or metadata.error is not None or not metadata.partitions:
             consumer.close()
             raise LogSystemError(f"log topic {self.opts.topic!r} of table {self.opts.table} is not readable")
-        assignment, lost = [], []
-        for p in sorted(metadata.partitions):
+        partitions = sorted(metadata.partitions)
+        lost = lost_offsets(consumer, self.opts.topic, {p: self.start_offsets.get(p, 0) for p in partitions})
+        assignment = []
+        for p in partitions:
             start = self.start_offsets.get(p, 0)
-            low, _high = consumer.get_watermark_offsets(TopicPartition(self.opts.topic, p), timeout=30)
-            if low > start:
-                lost.append((p, start, low))
             assignment.append(TopicPartition(self.opts.topic, p, start))
             self.positions[p] = start
         if lost:
@@ -105,11 +135,7 @@ class HybridReader:
 
     def _fall_back(self, why: str) -> None:
         self.mode = "snapshots"
-        metrics.inc(metrics.HYBRID_FALLBACKS)
-        metrics.engine("log_hybrid_fallback", self.opts.table)
-        message = f"hybrid read of table {self.opts.table} falls back to snapshot-based reading: {why}"
-        log.warning(message)
-        warnings.warn(message, LogOffsetsLostWarning, stacklevel=3)
+        report_fallback(self.opts.table, why, stacklevel=4)
 
     @property
     def fell_back(self) -> bool:
@@ -182,13 +208,7 @@ class HybridReader:
 
     def _in_start_snapshot(self, message: Any) -> bool:
         """A re-produced record (strata.repair) of a snapshot the start snapshot's files include."""
-        headers = message.headers()
-        if not headers or self.snapshot is None:
-            return False
-        for name, value in headers:
-            if name == REPAIR_HEADER:
-                return int(value.split(b" ", 1)[0]) <= self.snapshot.id
-        return False
+        return self.snapshot is not None and repair_of_snapshot_up_to(message, self.snapshot.id)
 
     def _incremental(self, end: int) -> pa.Table:
         if end <= self._last_snapshot:

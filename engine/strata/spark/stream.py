@@ -36,6 +36,28 @@ Options:
                            {"nextSnapshot": N} (Paimon's format, ``Table.consumers``); a query
                            started with that id and no checkpoint resumes there, and snapshot
                            expiry keeps the snapshots it still needs.
+    streaming-read-mode    file (default): changes come from the snapshots' files;
+                           log (Paimon's name and value; tables with log.system=kafka): the hybrid
+                           read. The base snapshot N of a full start is read from its files, every
+                           later change from the Kafka log, read_committed, starting at the offsets
+                           N recorded (``log.offsets``). The offsets then also carry
+                           ``"log": {partition: offset}`` (those snapshot `snapshot` recorded) and
+                           ``"log-from"`` (the snapshot read from files): a micro-batch (start, end]
+                           reads each partition's records between the two offsets, i.e. exactly the
+                           changes of snapshots start+1 .. end, so there is no gap and no duplicate
+                           at the switch, and every other option (bounded watermark, limits,
+                           consumer-id) works on snapshots as before. Records reach Kafka only when
+                           a commit's transaction commits, so a batch waits for them. When Kafka's
+                           retention has dropped records a batch needs, the query falls back to
+                           file-based reading for good (the batch is planned from the files of the
+                           same snapshots, so still no gap): a warning is logged and counted
+                           (``strata.log.metrics`` log.hybrid.fallbacks, Prometheus
+                           strata_log_hybrid_fallbacks_total), and the offsets lose "log".
+                           Unlike Paimon, whose streaming reads used the log whenever one was
+                           configured, file stays the default.
+
+Every offset also names the table (``"table": "<warehouse>#<db>.<table>"``), so a sink can tell
+which upstream snapshot a micro-batch consumed (the strata sink's ``lineage.job`` uses it).
 
 When is consumer progress saved? Spark calls ``commit(end)`` for a micro-batch only when it
 plans the *next* one, so a query's last batch would never be recorded. But Spark also plans a
@@ -63,8 +85,10 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from strata.errors import OptionError
+from strata.log.options import log_enabled
 from strata.scan.planner import DataSplit
 from strata.snapshot.snapshot import NO_WATERMARK, CommitKind, Snapshot
+from strata.spark import hybrid
 from strata.spark.options import TableRef, first_int, get_int
 from strata.spark.source import Projection
 from strata.table.table import Table
@@ -76,6 +100,8 @@ _MODES = {"latest-full": "latest-full", "default": "latest-full", "full": "lates
           "compacted-full": "compacted-full"}
 MAX_ROWS_KEYS = ("max-rows-per-trigger", "read.stream.maxrowspertrigger")
 MAX_FILES_KEYS = ("max-files-per-trigger", "read.stream.maxfilespertrigger")
+READ_MODES = ("file", "log")
+LOG_KEYS = ("log", "log-from")
 
 
 class ChangesPartition(InputPartition):
@@ -85,6 +111,16 @@ class ChangesPartition(InputPartition):
     def __init__(self, first_snapshot: int, splits: list[DataSplit]) -> None:
         super().__init__(first_snapshot)
         self.splits = splits
+
+
+class LogPartition(InputPartition):
+    """One Kafka partition (= bucket) of a hybrid read: that bucket's base-snapshot splits (if the
+    batch holds the base), then its log records in [start, end)."""
+
+    def __init__(self, partition: int, splits: list[DataSplit], start: int, end: int, files_up_to: int) -> None:
+        super().__init__(partition)
+        self.partition, self.splits = partition, splits
+        self.start, self.end, self.files_up_to = start, end, files_up_to
 
 
 def _admit(table: Table, position: int, latest: int, base: int | None, max_rows: int | None,
@@ -149,7 +185,15 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise OptionError(f"scan.mode {mode!r} is not one of {sorted(set(_MODES))}")
         self.mode = _MODES[mode]
         self.consumer_id = settings.get("consumer-id")
-        Projection(ref.load(), schema)  # unknown columns fail now, not in the first task
+        table = ref.load()
+        Projection(table, schema)  # unknown columns fail now, not in the first task
+        read_mode = settings.get("streaming-read-mode", "file").lower()
+        if read_mode not in READ_MODES:
+            raise OptionError(f"streaming-read-mode {read_mode!r} is not one of {list(READ_MODES)}")
+        if read_mode == "log" and not log_enabled(table):
+            raise OptionError(f"streaming-read-mode=log needs a table with log.system=kafka; {table.identifier} "
+                              "has no log store")
+        self.log_watch = hybrid.LogWatch(table) if read_mode == "log" else None
         self.available_now_end: int | None = None
         self.max_rows = first_int(settings, MAX_ROWS_KEYS, minimum=1)
         self.max_files = first_int(settings, MAX_FILES_KEYS, minimum=1)
@@ -165,6 +209,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_driver_table"] = None  # executors load the table themselves
+        state["log_watch"] = None  # the driver's Kafka consumer
         return state
 
     def _table(self) -> Table:
@@ -175,6 +220,21 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets (driver) ------------------------------------------------------------------------
     def initialOffset(self) -> dict:
+        offset = {**self._initial_position(), "table": str(self.ref)}
+        return self._with_log(offset) if self.log_watch is not None else offset
+
+    def _with_log(self, offset: dict) -> dict:
+        """`offset` with the log offsets of the snapshot the log reading starts after (the base of
+        a full start, else the position); without them (file-based) when that snapshot is gone."""
+        files_up_to = int(offset.get("base") or offset["snapshot"])
+        start = hybrid.snapshot_offsets(self._table(), files_up_to)
+        if start is None:
+            assert self.log_watch is not None
+            self.log_watch.fall_back([], files_up_to)
+            return offset
+        return {**offset, "log": start, "log-from": files_up_to}
+
+    def _initial_position(self) -> dict:
         table = self._table()
         manager = table.snapshot_manager
         latest = manager.latest_id() or 0
@@ -223,7 +283,24 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         limited = not isinstance(limit, ReadAllAvailable) and (self.max_rows or self.max_files)
         if limited and end > position:
             end = _admit(table, position, end, base, self.max_rows, self.max_files)
-        return {**start, "snapshot": end}
+        offset = {**start, "snapshot": end}
+        if "log" in start and end > position:
+            offset = self._log_end(table, offset, start["log"])
+        return offset
+
+    def _without_log(self, offset: dict) -> dict:
+        return {k: v for k, v in offset.items() if k not in LOG_KEYS}
+
+    def _log_end(self, table: Table, offset: dict, start_log: dict[str, int]) -> dict:
+        """The log offsets snapshot `offset["snapshot"]` recorded, or, when Kafka no longer holds
+        the records from `start_log` on, the offset without them: file-based from here on."""
+        if self.log_watch is None:  # a log-mode checkpoint restarted with streaming-read-mode=file
+            return self._without_log(offset)
+        lost = self.log_watch.lost(start_log)
+        if lost:
+            self.log_watch.fall_back(lost, int(offset["snapshot"]))
+            return self._without_log(offset)
+        return {**offset, "log": hybrid.end_offsets(table, int(offset["snapshot"]), start_log)}
 
     def _before_bound(self, table: Table, position: int, latest: int, base: int | None) -> int:
         """`latest`, capped before the first snapshot whose watermark passes the bound (the base
@@ -252,6 +329,8 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         in snapshot order: all changes of one key reach one task, in commit order, so a
         pipeline without a shuffle (e.g. a CDC mirror into another table) keeps their order."""
         table = self.ref.load()  # fresh: the schema may have evolved
+        if "log" in start and "log" in end and not self._log_gone(start, end):
+            return self._log_partitions(table, start, end)
         first, last = int(start["snapshot"]) + 1, int(end["snapshot"])
         base = end.get("base")
         scan = table.new_scan()
@@ -261,6 +340,34 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for split in splits:
                 groups.setdefault((split.partition, split.bucket), []).append(split)
         return [ChangesPartition(splits[0].snapshot_id, splits) for splits in groups.values()]
+
+    def _log_gone(self, start: dict, end: dict) -> bool:
+        """Did retention drop records of this batch since it was planned (e.g. a batch re-run
+        after a restart)? It is then read from the files of the same snapshots."""
+        if self.log_watch is None:  # an offset with "log" given to a query now reading files
+            return True
+        backlog = {p: start["log"].get(p, 0) for p, o in end["log"].items() if o > start["log"].get(p, 0)}
+        lost = self.log_watch.lost(backlog, only_these=True) if backlog else []
+        if lost:
+            self.log_watch.fall_back(lost, int(start["snapshot"]))
+        return bool(lost)
+
+    def _log_partitions(self, table: Table, start: dict, end: dict) -> list[InputPartition]:
+        """One Spark partition per Kafka partition (= bucket): the bucket's splits of the base
+        snapshot (first batch only), then its records of the batch's log range, so the changes
+        of a key stay in order in one task."""
+        base = start.get("base")
+        base_splits: dict[int, list[DataSplit]] = {}
+        if base is not None and int(start["snapshot"]) < base <= int(end["snapshot"]):
+            for split in table.new_scan(snapshot_id=base).plan().splits:
+                base_splits.setdefault(max(split.bucket, 0), []).append(split)
+        out: list[InputPartition] = []
+        files_up_to = int(end.get("log-from", 0))
+        for p in sorted({*base_splits, *(int(k) for k in end["log"])}):
+            first, stop = int(start["log"].get(str(p), 0)), int(end["log"].get(str(p), 0))
+            if base_splits.get(p) or stop > first:
+                out.append(LogPartition(p, base_splits.get(p, []), first, max(first, stop), files_up_to))
+        return out
 
     def commit(self, end: dict) -> None:
         if self.consumer_id:
@@ -278,12 +385,20 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             table.consumers.reset(self.consumer_id, next_snapshot)
             self.consumer_saved, self.consumer_saved_at = next_snapshot, now
 
+    def stop(self) -> None:
+        if self.log_watch is not None:
+            self.log_watch.close()
+
     # -- executors ------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ChangesPartition)
+        assert isinstance(partition, ChangesPartition | LogPartition)
         table = self.ref.load()
         projection = Projection(table, self.schema)
         read = table.new_read(projection.columns)
         for split in partition.splits:
             for data in read.read_split(split):
                 yield from projection.batches(data, split.row_kinds)
+        if isinstance(partition, LogPartition) and partition.end > partition.start:
+            for changes in hybrid.read_range(table, projection.columns, partition.partition, partition.start,
+                                             partition.end, partition.files_up_to):
+                yield from projection.batches(changes, True)

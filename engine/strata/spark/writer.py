@@ -26,6 +26,23 @@ bucket would conflict); compact with ``Table.compact`` / ``strata compact``, or 
 ``write-only=false`` when the data is distributed by bucket. A compacting task waits for its
 compactions before it returns, so their results are part of the micro-batch's commit.
 
+Sink options for pipelines (streaming, and ``watermark.column`` also for batch appends):
+
+``watermark.column``  an event-time column (TIMESTAMP, DATE or an integer type, taken as epoch
+    milliseconds). Each task computes the maximum of the column over the rows it wrote and hands
+    it to the driver with its commit messages; the snapshot records the maximum over the tasks
+    as its ``watermark`` (milliseconds), never below the previous snapshot's, so a downstream
+    ``scan.bounded.watermark`` can end a stream there. A batch without rows keeps the previous
+    watermark. Not with ``outputMode("complete")`` / overwrites (their commits take none).
+``lineage.job``       record lineage on every micro-batch commit (``strata.lineage``): the job
+    name, and for each ``strata`` source of the query the snapshot the micro-batch consumed up
+    to, read from Spark's offset log (``<checkpointLocation>/offsets/<batchId>``, local or
+    ``file:`` checkpoints), where the source's offset also names its table. The upstream roots
+    are copied forward, so ``consistent_set`` / ``lineage_graph`` see the stage.
+``lineage.source``    the upstream table (``<warehouse>#<db>.<table>``, or ``<db>.<table>`` in the
+    sink's warehouse) for a source offset that names no table (a checkpoint from before the
+    source named it).
+
 Throughput: Spark hands a task Arrow batches of ``spark.sql.execution.arrow.maxRecordsPerBatch``
 rows (10,000 by default); the task coalesces them to COALESCE_ROWS before writing, but a larger
 setting (e.g. 100,000) also saves Spark's per-batch conversion work.
@@ -40,19 +57,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from strata.errors import OptionError
 from strata.format import binary_row
 from strata.operation.commit import CommitResult
-from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
+from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER, NO_WATERMARK
 from strata.spark.options import (
     TableRef,
     commit_user_for_checkpoint,
     get_bool,
     get_int,
+    normalize,
     parse_partition_spec,
+    table_ref,
 )
 from strata.spark.types import ROW_KIND_COLUMN, truncate_timestamps
 from strata.table.commit_message import CommitMessage
@@ -62,6 +82,10 @@ from strata.table.write import TableWrite
 log = logging.getLogger(__name__)
 SEQUENCE_STRIDE = 1 << 24  # sequence numbers set aside per Spark task and bucket in one commit
 COALESCE_ROWS = 128 * 1024
+WATERMARK_COLUMN = "watermark.column"
+LINEAGE_JOB = "lineage.job"
+LINEAGE_SOURCE = "lineage.source"
+_MILLIS_PER = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}  # (multiply, divide)
 
 
 @dataclass
@@ -71,12 +95,14 @@ class StrataWriterMessage(WriterCommitMessage):
     messages: list[CommitMessage] = field(default_factory=list)
     rows: int = 0
     partition_id: int = -1
+    watermark: int | None = None  # max event time (epoch millis) of the rows, with watermark.column
 
 
 # -- executor side ---------------------------------------------------------------------------------
 def write_task(ref: TableRef, batches: Iterable[pa.RecordBatch], write_only: bool,
-               commit_user: str) -> StrataWriterMessage:
-    """Write one task's rows into new files; on failure delete what was written."""
+               commit_user: str, watermark_column: str | None = None) -> StrataWriterMessage:
+    """Write one task's rows into new files (and the maximum of `watermark_column` over them);
+    on failure delete what was written."""
     table = ref.load()
     partition_id = _partition_id()
     offset = max(partition_id, 0) * SEQUENCE_STRIDE if table.schema.primary_keys else 0
@@ -84,6 +110,7 @@ def write_task(ref: TableRef, batches: Iterable[pa.RecordBatch], write_only: boo
     writer = TableWrite(table, compaction=False if write_only else None, commit_user=commit_user,
                         sequence_offset=offset)
     rows = 0
+    watermark: int | None = None
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
     try:
@@ -93,9 +120,9 @@ def write_task(ref: TableRef, batches: Iterable[pa.RecordBatch], write_only: boo
             pending.append(batch)
             pending_rows += batch.num_rows
             if pending_rows >= COALESCE_ROWS:  # Spark's batches are small (10k rows): fewer, larger writes
-                rows += _write_rows(writer, table, pending)
+                rows, watermark = _write_pending(writer, table, pending, watermark_column, rows, watermark)
                 pending, pending_rows = [], 0
-        rows += _write_rows(writer, table, pending)
+        rows, watermark = _write_pending(writer, table, pending, watermark_column, rows, watermark)
         # the task's writer is closed right after: a compaction still running would be lost
         messages = writer.prepare_commit(wait_compaction=not write_only)
     except BaseException:
@@ -103,15 +130,37 @@ def write_task(ref: TableRef, batches: Iterable[pa.RecordBatch], write_only: boo
         raise
     finally:
         writer.close()
-    return StrataWriterMessage(messages, rows, partition_id)
+    return StrataWriterMessage(messages, rows, partition_id, watermark)
 
 
-def _write_rows(writer: TableWrite, table: Table, batches: list[pa.RecordBatch]) -> int:
+def _write_pending(writer: TableWrite, table: Table, batches: list[pa.RecordBatch], watermark_column: str | None,
+                   rows: int, watermark: int | None) -> tuple[int, int | None]:
+    """Write `batches`; the running row count and event-time maximum."""
     if not batches:
-        return 0
+        return rows, watermark
     data, kinds = to_table_rows(pa.Table.from_batches(batches), table)
     writer.write_arrow(data, row_kind=kinds)
-    return data.num_rows
+    if watermark_column is not None:
+        watermark = _later(watermark, event_time_millis(data.column(watermark_column)))
+    return rows + data.num_rows, watermark
+
+
+def event_time_millis(column: pa.ChunkedArray) -> int | None:
+    """The maximum of an event-time column as epoch milliseconds (None without values)."""
+    t = column.type
+    if pa.types.is_timestamp(t):
+        raw = pc.max(column.cast(pa.int64())).as_py()
+        multiply, divide = _MILLIS_PER[t.unit]
+        return None if raw is None else raw * multiply // divide
+    if pa.types.is_date32(t):
+        days = pc.max(column.cast(pa.int32())).as_py()
+        return None if days is None else days * 86_400_000
+    top = pc.max(column).as_py()
+    return None if top is None else int(top)
+
+
+def _later(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def to_table_rows(data: pa.Table, table: Table) -> tuple[pa.Table, pa.Array | None]:
@@ -154,6 +203,18 @@ def _partition_id() -> int:
 def collect(messages: Sequence[Any]) -> list[CommitMessage]:
     """The commit messages of the tasks that succeeded (Spark passes None for failed ones)."""
     return [m for task in messages if isinstance(task, StrataWriterMessage) for m in task.messages]
+
+
+def batch_watermark(table: Table, messages: Sequence[Any]) -> int | None:
+    """The tasks' event-time maximum, never below the latest snapshot's watermark (None when no
+    task saw an event time: the commit keeps the previous watermark)."""
+    found = [task.watermark for task in messages
+             if isinstance(task, StrataWriterMessage) and task.watermark is not None]
+    if not found:
+        return None
+    latest = table.latest_snapshot()
+    previous = latest.watermark if latest is not None and latest.watermark != NO_WATERMARK else None
+    return _later(max(found), previous)
 
 
 def written_paths(table: Table, messages: Sequence[CommitMessage]) -> list[str]:
@@ -207,6 +268,25 @@ def check_columns(names: Sequence[str], table: Table) -> None:
                           + f"; the table's columns are {table.schema.field_names}")
 
 
+def _watermark_column(name: str | None, table: Table, overwrite: bool) -> str | None:
+    """The table column of option watermark.column, checked: it must hold event times."""
+    if name is None:
+        return None
+    if overwrite:
+        raise OptionError(f"option {WATERMARK_COLUMN} works with appends only (an overwrite commit records no "
+                          "watermark); use outputMode('append') / mode('append')")
+    by_lower = {n.lower(): n for n in table.schema.field_names}
+    column = name if name in table.schema.field_names else by_lower.get(name.lower())
+    if column is None:
+        raise OptionError(f"option {WATERMARK_COLUMN}={name!r} is not a column of {table.identifier} "
+                          f"({table.schema.field_names})")
+    t = table.schema.field(column).type.to_arrow()
+    if not (pa.types.is_timestamp(t) or pa.types.is_date32(t) or pa.types.is_integer(t)):
+        raise OptionError(f"option {WATERMARK_COLUMN}: column {column!r} of {table.identifier} is {t}; an event "
+                          "time must be a TIMESTAMP, DATE or integer (epoch milliseconds) column")
+    return column
+
+
 def _check_log_store(table: Table) -> None:
     """A transactional Kafka log store commits its transaction in the process that wrote the
     records; Spark writes on executors and commits on the driver."""
@@ -242,6 +322,7 @@ class _Committer:
         _check_log_store(table)
         if schema is not None:
             check_columns(schema.fieldNames(), table)
+        self.watermark_column = _watermark_column(settings.get(WATERMARK_COLUMN), table, overwrite)
 
     def _typed_partition(self, table: Table) -> dict[str, Any] | None:
         """'dt=2024-01-01,h=3' as the partition columns' own Python values."""
@@ -259,10 +340,10 @@ class _Committer:
         return out
 
     def _publish(self, table: Table, commit_user: str, messages: list[CommitMessage], identifier: int,
-                 properties: dict[str, str] | None) -> CommitResult:
+                 properties: dict[str, str] | None, watermark: int | None = None) -> CommitResult:
         commit = table.new_commit(commit_user)
         if not self.overwrite:
-            return commit.commit(messages, identifier, properties)
+            return commit.commit(messages, identifier, properties, watermark)
         partition = self._typed_partition(table)
         return commit.overwrite(messages, partition, identifier, dynamic=self.dynamic, properties=properties)
 
@@ -284,13 +365,13 @@ class StrataBatchWriter(_Committer, DataSourceArrowWriter):
         self.commit_user = user or f"spark-batch-{uuid.uuid4()}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StrataWriterMessage:
-        return write_task(self.ref, iterator, self.write_only, self.commit_user)
+        return write_task(self.ref, iterator, self.write_only, self.commit_user, self.watermark_column)
 
     def commit(self, messages: list[Any]) -> None:
         table = self.ref.load()
         files = collect(messages)
         identifier = self.identifier if self.identifier is not None else BATCH_COMMIT_IDENTIFIER
-        result = self._publish(table, self.commit_user, files, identifier, None)
+        result = self._publish(table, self.commit_user, files, identifier, None, batch_watermark(table, messages))
         if result.skipped_as_duplicate:
             removed = delete_files(table, files)
             log.info("%s: commit %s of %s already published; removed %d new files", table.identifier,
@@ -317,9 +398,13 @@ class StrataStreamWriter(_Committer, DataSourceStreamArrowWriter):
                                   "(option checkpointLocation) or the option commit-user")
             user = commit_user_for_checkpoint(location)
         self.commit_user = user
+        self.lineage_job = settings.get(LINEAGE_JOB)
+        if self.lineage_job is not None and not settings.get("checkpointlocation"):
+            raise OptionError(f"option {LINEAGE_JOB} needs the query's checkpointLocation (the consumed upstream "
+                              "snapshots are read from its offset log)")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StrataWriterMessage:
-        return write_task(self.ref, iterator, self.write_only, self.commit_user)
+        return write_task(self.ref, iterator, self.write_only, self.commit_user, self.watermark_column)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         table = self.ref.load()
@@ -333,11 +418,35 @@ class StrataStreamWriter(_Committer, DataSourceStreamArrowWriter):
                 "checkpoint location together with a new option commit-user, or restore the checkpoint.")
         result = None
         if last is None or batchId > last:
-            result = self._publish(table, self.commit_user, files, batchId, {"spark.batch-id": str(batchId)})
+            properties = {"spark.batch-id": str(batchId), **self._lineage(batchId)}
+            result = self._publish(table, self.commit_user, files, batchId, properties,
+                                   batch_watermark(table, messages))
         if result is None or result.skipped_as_duplicate:
             removed = delete_files(table, files)
             log.warning("%s: micro-batch %d of %s was already committed; dropped the replay (%d files)",
                         table.identifier, batchId, self.commit_user, removed)
+
+    def _lineage(self, batch_id: int) -> dict[str, str]:
+        """With lineage.job: the lineage properties of micro-batch `batch_id` (the snapshots its
+        strata sources consumed up to, from the checkpoint's offset log)."""
+        if self.lineage_job is None:
+            return {}
+        from strata.lineage.record import lineage_properties
+        from strata.lineage.spark import source_offsets
+
+        checkpoint = self.settings["checkpointlocation"]
+        reads = {self._upstream(offset, checkpoint): int(offset["snapshot"])
+                 for offset in source_offsets(checkpoint, batch_id)}
+        return lineage_properties(self.lineage_job, reads=reads)
+
+    def _upstream(self, offset: dict, checkpoint: str) -> Table:
+        name = offset.get("table") or self.settings.get(LINEAGE_SOURCE)
+        if not name:
+            raise OptionError(f"micro-batch offsets in {checkpoint} do not name the upstream table: set the option "
+                              f"{LINEAGE_SOURCE} ('<warehouse>#<db>.<table>')")
+        path = name if "#" in name else f"{self.ref.warehouse}#{name}"
+        catalog = {k: v for k, v in self.settings.items() if k.startswith("catalog.")}
+        return table_ref(normalize({**catalog, "path": path})).load()
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         table = self.ref.load()
