@@ -42,7 +42,7 @@ def diff_changelog(before: pa.Table, after: pa.Table, key_names: Sequence[str], 
     after_live[has_after] = live_rows_mask(after_kinds[a_idx[has_after]])
     both = after_live & has_before
     if row_deduplicate and both.any():
-        both &= ~_equal_values(before.take(b_idx[both]), after.take(a_idx[both]), value_names)
+        both[both] = ~_equal_values(before.take(b_idx[both]), after.take(a_idx[both]), value_names)
     parts = [
         _with_kind(after.take(a_idx[after_live & ~has_before]), INSERT, 2),
         _with_kind(before.take(b_idx[has_before & ~after_live]), DELETE, 0,

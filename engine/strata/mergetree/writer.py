@@ -3,18 +3,20 @@ for append tables. Both buffer rows in memory and flush them to level-0 files.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from strata import metrics
-from strata.io.data_file_writer import DataFileWriter
+from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.compact.manager import CompactManager
 from strata.mergetree.compact.task import ChangelogOutput, CompactResult, FileReader, run_compaction
 from strata.mergetree.compact.universal import CompactUnit
-from strata.mergetree.merge_function import MergeFunction
+from strata.mergetree.lookup import LevelLookup
+from strata.mergetree.merge_function import FirstRowMerge, MergeFunction
 from strata.mergetree.sorting import sort_by_key
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 from strata.table.commit_message import CommitMessage
@@ -105,7 +107,8 @@ class CompactionContext:
 
 class KeyValueBucketWriter(BucketWriter):
     """Primary-key tables: each flush is one sorted, merged run at level 0, compacted in the
-    background by universal compaction."""
+    background by universal compaction. With the lookup changelog producer (and for first-row
+    tables) every commit first moves its level-0 files up (see mergetree/lookup.py)."""
 
     def __init__(self, schema: TableSchema, partition: bytes, bucket: int, total_buckets: int,
                  file_writer: DataFileWriter, next_sequence: int, merge_function: MergeFunction,
@@ -114,9 +117,17 @@ class KeyValueBucketWriter(BucketWriter):
         self.merge_function = merge_function
         self.key_names = [KEY_PREFIX + f.name for f in schema.key_fields()]
         self.compaction = compaction
+        self.lookup: LevelLookup | None = None
         manager = compaction.manager
         if manager is not None:
             manager.runner = self._run_unit
+            # level-0 data must move up before a commit: the lookup changelog is produced then,
+            # and first-row readers skip level 0 (Paimon's ForceUpLevel0Compaction)
+            manager.force_level0_up = compaction.changelog_producer == "lookup" or compaction.compact_level0_at_commit
+            if manager.force_level0_up:
+                self.lookup = LevelLookup(compaction.read, self.key_names, schema.field_names, merge_function,
+                                          manager.levels.key_order, compaction.row_deduplicate,
+                                          insert_only=isinstance(merge_function, FirstRowMerge))
 
     def write(self, rows: pa.Table, kinds: np.ndarray | None) -> None:
         if kinds is not None:  # refuse row kinds the merge engine rejects now, not at flush time
@@ -144,23 +155,64 @@ class KeyValueBucketWriter(BucketWriter):
         return self.file_writer.write(merged, level=0)
 
     def prepare_commit(self, wait_compaction: bool = False) -> CommitMessage:
-        context, manager = self.compaction, self.compaction.manager
-        if (context.changelog_producer == "lookup" or context.compact_level0_at_commit) and manager is not None:
-            # lookup: the commit's changelog comes from merging its new runs into the top level
+        manager = self.compaction.manager
+        if manager is not None and manager.force_level0_up:
             self.flush()
-            if manager.levels.level0:
-                self.compact(full=True)
+            self._push_level0_up()
         return super().prepare_commit(wait_compaction)
+
+    def _push_level0_up(self) -> None:
+        """Paimon's lookup-wait: the commit waits until its level-0 files have moved to a level
+        >= 1, by as many forced picks as needed (a universal pick may leave some behind)."""
+        manager = self.compaction.manager
+        assert manager is not None
+        self._collect_compaction(blocking=True)
+        while manager.levels.level0:
+            manager.trigger()
+            if not manager.running:
+                return
+            self._collect_compaction(blocking=True)
 
     # -- compaction ------------------------------------------------------------------------------
     def _run_unit(self, unit: CompactUnit, drop_delete: bool) -> CompactResult:
         context = self.compaction
+        if self.lookup is not None and unit.output_level > 0 and any(f.level == 0 for f in unit.files):
+            return self._run_lookup_unit(self.lookup, unit, drop_delete)
         changelog = None
         full = context.manager is not None and unit.output_level == context.manager.levels.max_level
-        if full and context.changelog_producer in ("full-compaction", "lookup") and context.changelog_writer:
+        if full and context.changelog_producer == "full-compaction" and context.changelog_writer:
             changelog = ChangelogOutput(context.changelog_writer, self.schema.field_names, context.row_deduplicate)
         return run_compaction(unit, context.read, self.file_writer, self.key_names, self.merge_function,
                               drop_delete, changelog)
+
+    def _run_lookup_unit(self, lookup: LevelLookup, unit: CompactUnit, drop_delete: bool) -> CompactResult:
+        """Compact a unit that moves level-0 files up, with a lookup of their keys above: it gives
+        the changelog (lookup producer) and, for first-row, drops keys that already exist."""
+        context, manager = self.compaction, self.compaction.manager
+        read = context.read
+        level0 = {f.file_name: list(read(f)) for f in unit.files if f.level == 0}
+        records = [t for tables in level0.values() for t in tables]
+        found = lookup.lookup(unit, records)
+        if found is None:
+            return run_compaction(unit, read, self.file_writer, self.key_names, self.merge_function, drop_delete)
+        if manager is not None and unit.others and lookup.needs_full_merge(records):
+            unit, drop_delete = CompactUnit(manager.levels.max_level, [*unit.runs, *unit.others]), True
+        rewrite = False
+        if lookup.insert_only:
+            kept = {name: [lookup.without_known_keys(found, t) for t in tables] for name, tables in level0.items()}
+            rewrite = sum(t.num_rows for ts in kept.values() for t in ts) < found.new.num_rows
+            level0 = kept
+
+        def cached_read(f: DataFileMeta) -> Iterator[pa.Table]:  # level-0 files: read once, for lookup and merge
+            return iter(level0[f.file_name]) if f.level == 0 and f.file_name in level0 else read(f)
+
+        result = run_compaction(unit, cached_read, self.file_writer, self.key_names, self.merge_function,
+                                drop_delete, rewrite=rewrite)
+        if context.changelog_producer == "lookup" and context.changelog_writer is not None:
+            changes = lookup.changelog(found)
+            if changes is not None:
+                result.changelog = context.changelog_writer.write(changes, level=0, file_source=FILE_SOURCE_COMPACT)
+        return result
 
     def _after_flush(self, files: list[DataFileMeta]) -> None:
         manager = self.compaction.manager

@@ -25,6 +25,8 @@ class CompactManager:
         self.stop_trigger = stop_trigger
         self.future: Future[CompactResult] | None = None
         self.stalls = 0
+        # lookup changelog / first-row tables push every level-0 file up at each trigger
+        self.force_level0_up = False
 
     def trigger(self, full: bool = False) -> None:
         """Submit a compaction if none is running and the strategy (or `full`) picks one."""
@@ -35,10 +37,14 @@ class CompactManager:
             if not runs or (len(runs) == 1 and runs[0].level == self.levels.max_level):
                 return
             unit: CompactUnit | None = CompactUnit(self.levels.max_level, runs)
+        elif self.force_level0_up:
+            unit = self.strategy.pick_level0_up(self.levels.num_levels, runs)
         else:
             unit = self.strategy.pick(self.levels.num_levels, runs)
         if unit is None or not unit.files:
             return
+        picked = {id(run) for run in unit.runs}
+        unit.others = [run for run in runs if id(run) not in picked]
         drop_delete = unit.output_level != 0 and unit.output_level >= self.levels.highest_non_empty_level()
         self.future = metrics.submit_compaction(self.table, self.executor, self.runner, unit, drop_delete)
 

@@ -35,12 +35,13 @@ class ChangelogOutput:
 
 def run_compaction(unit: CompactUnit, read: FileReader, writer: DataFileWriter, key_names: list[str],
                    merge_function: MergeFunction, drop_delete: bool,
-                   changelog: ChangelogOutput | None = None) -> CompactResult:
-    """Merge the unit. A lone run whose files only change level is 'upgraded' without rewriting.
+                   changelog: ChangelogOutput | None = None, rewrite: bool = False) -> CompactResult:
+    """Merge the unit. A lone run whose files only change level is 'upgraded' without rewriting,
+    unless `rewrite` (`read` then yields other rows than the files hold).
 
     With `changelog` (only for full merges), changes relative to the previous top level are
     written as changelog files."""
-    lone = len(unit.runs) == 1
+    lone = len(unit.runs) == 1 and not rewrite
     if lone and (changelog is None or unit.runs[0].level == unit.output_level) \
             and not (drop_delete and any(f.delete_row_count for f in unit.files)):
         upgraded = [dataclasses.replace(f, level=unit.output_level) for f in unit.files

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from strata.mergetree.levels import SortedRun
 
@@ -11,6 +11,8 @@ from strata.mergetree.levels import SortedRun
 class CompactUnit:
     output_level: int
     runs: list[SortedRun]
+    # the bucket's other runs when the unit was picked: where a lookup finds older values
+    others: list[SortedRun] = field(default_factory=list)
 
     @property
     def files(self) -> list:
@@ -35,6 +37,18 @@ class UniversalCompaction:
         if len(runs) > self.trigger:
             return self._size_ratio(max_level, runs, len(runs) - self.trigger + 1, force=True)
         return None
+
+    def pick_level0_up(self, num_levels: int, runs: list[SortedRun]) -> CompactUnit | None:
+        """Paimon's ForceUpLevel0Compaction (lookup-compact=radical): the universal pick, else every
+        level-0 run (extended by size ratio) into a level >= 1, since lookup changelogs and
+        first-row visibility are produced only when level-0 data moves up."""
+        unit = self.pick(num_levels, runs)
+        if unit is not None:
+            return unit
+        level0 = next((i for i, run in enumerate(runs) if run.level > 0), len(runs))
+        if level0 == 0:
+            return None
+        return self._size_ratio(num_levels - 1, runs, level0, force=True)
 
     def _size_amplification(self, max_level: int, runs: list[SortedRun]) -> CompactUnit | None:
         if len(runs) < self.trigger:
