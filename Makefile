@@ -29,8 +29,11 @@ venv: $(STAMP) ## Create the virtualenv and install Strata with every extra
 demo: $(STAMP) ## Spark streams generated orders into a PK table, a 2nd query reads its changelog (DEMO_ARGS="--batches 100")
 	$(PY) -m strata_platform.demo $(DEMO_ARGS)
 
+# engine tests run on local disk and MinIO in 3 workers (object-store round trips overlap); the
+# integration tests run one at a time (some restart the services they share)
 test: $(STAMP) lint services-install ## Everything: lint, unit tests, integration tests against real services
-	$(PY) -m pytest engine/tests integration_tests -p no:cacheprovider
+	$(SERVICES_CLI) run minio postgres kafka -- $(PY) -m pytest engine/tests -n 3 -p no:cacheprovider --durations=15
+	$(PY) -m pytest integration_tests -p no:cacheprovider --durations=25
 
 test-fast: $(STAMP) ## Unit tests only (no services)
 	$(PY) -m pytest engine/tests -p no:cacheprovider
