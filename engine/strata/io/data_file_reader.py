@@ -73,12 +73,15 @@ class ColumnMapping:
 
 
 def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None = None,
-              stat_names: dict[str, str] | None = None, batch_rows: int = BATCH_ROWS) -> Iterator[pa.Table]:
+              stat_names: dict[str, str] | None = None, batch_rows: int = BATCH_ROWS,
+              use_threads: bool = True) -> Iterator[pa.Table]:
     """Yield the file's rows in order, in batches, skipping row groups `prune` rules out.
 
-    `stat_names` maps predicate field names to file column names for row-group statistics."""
+    `stat_names` maps predicate field names to file column names for row-group statistics.
+    `use_threads=False` decodes the columns on the calling thread only: for callers that already
+    read files in parallel, where nested parallel decoding just burns CPU on contention."""
     try:
-        yield from _read_file(file_io, path, mapping, prune, stat_names, batch_rows)
+        yield from _read_file(file_io, path, mapping, prune, stat_names, batch_rows, use_threads)
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError) as exc:
@@ -87,7 +90,7 @@ def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predica
 
 
 def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
-               stat_names: dict[str, str] | None, batch_rows: int) -> Iterator[pa.Table]:
+               stat_names: dict[str, str] | None, batch_rows: int, use_threads: bool) -> Iterator[pa.Table]:
     with file_io.open_input_file(path) as source:
         parquet = pq.ParquetFile(source)
         available = set(parquet.schema_arrow.names)
@@ -95,8 +98,49 @@ def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predic
         groups = _row_groups(parquet, prune, mapping.stat_columns(stat_names or {}))
         if groups is not None and not groups:
             return
-        for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=groups, columns=columns):
-            yield mapping.apply(pa.Table.from_batches([batch]))
+        constants = _constant_columns(parquet, columns, groups)
+        decoded = [c for c in columns if c not in constants]
+        for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=groups, columns=decoded,
+                                          use_threads=use_threads):
+            table = pa.Table.from_batches([batch])
+            for name, value in constants.items():
+                table = table.append_column(name, pa.repeat(value, table.num_rows))
+            yield mapping.apply(table)
+
+
+def _constant_columns(parquet: pq.ParquetFile, columns: Sequence[str],
+                      groups: list[int] | None) -> dict[str, pa.Scalar]:
+    """String, binary and integer columns holding one value in every row group read (a partition
+    column, the row kind of insert-only files), by their statistics: repeating the value is an
+    order of magnitude cheaper than decoding it. Equal min and max are exact (a truncated max
+    would differ from the min); floats are left out (NaN, -0.0)."""
+    meta = parquet.metadata
+    leaves = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    arrow = parquet.schema_arrow
+    found: dict[str, pa.Scalar] = {}
+    read = range(meta.num_row_groups) if groups is None else groups
+    for name in columns:
+        index = leaves.get(name)
+        kind = arrow.field(name).type
+        if index is None or not (pa.types.is_string(kind) or pa.types.is_binary(kind) or pa.types.is_integer(kind)):
+            continue
+        values = {_only_value(meta.row_group(g), index) for g in read}
+        if len(values) == 1 and None not in values:
+            found[name] = pa.scalar(values.pop(), kind)
+    if len(found) == len(columns):  # keep one column decoded: its batches give the row counts
+        found.pop(columns[0])
+    return found
+
+
+def _only_value(group: pq.RowGroupMetaData, index: int) -> object:
+    """The column's single value in the row group, or None if it has several, or nulls."""
+    stats = group.column(index).statistics
+    try:
+        if stats is None or not stats.has_min_max or stats.null_count != 0 or stats.min != stats.max:
+            return None
+        return stats.min
+    except ValueError:  # statistics that do not decode (not UTF-8): just decode the column
+        return None
 
 
 def _row_groups(parquet: pq.ParquetFile, prune: Predicate | None,

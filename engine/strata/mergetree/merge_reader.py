@@ -3,6 +3,9 @@
 Each run yields tables sorted by key with unique keys. The merge repeatedly takes, from every
 run's current batch, the rows whose key is <= the smallest "last key" among those batches: no
 later batch of any run can hold such a key, so those rows can be merged and emitted at once.
+
+A reader that does not need key order (a full read) can ask for an unordered merge: for the
+engines where one record of a key simply wins, anti_join.py filters each run on its own instead.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from strata.mergetree.anti_join import anti_join_applies, anti_join_merge
 from strata.mergetree.changelog import diff_changelog
 from strata.mergetree.merge_function import DeduplicateMerge, MergeFunction
 from strata.mergetree.sorting import _as_numpy, _numeric, group_ends, sort_by_key
@@ -20,9 +24,32 @@ from strata.schema.table_schema import SEQUENCE_NUMBER
 
 
 def merge_runs(runs: Sequence[Iterator[pa.Table]], key_names: Sequence[str],
-               merge_function: MergeFunction, changelog: ChangelogSink | None = None) -> Iterator[pa.Table]:
+               merge_function: MergeFunction, changelog: ChangelogSink | None = None,
+               ordered: bool = True) -> Iterator[pa.Table]:
     """Merged rows in key order. With `changelog`, the changes each key undergoes relative to
-    run `changelog.top_run` (the previous full merge) are appended to `changelog.tables`."""
+    run `changelog.top_run` (the previous full merge) are appended to `changelog.tables`.
+
+    `ordered=False` (a full read) lets the runs be merged unordered by an anti-join where the
+    engine and the key allow (see anti_join.py): the runs are then read whole, not streamed."""
+    if not ordered and changelog is None and len(key_names) == 1 and anti_join_applies(merge_function):
+        yield from _merge_unordered(runs, key_names, merge_function)
+        return
+    yield from _merge_sorted(runs, key_names, merge_function, changelog)
+
+
+def _merge_unordered(runs: Sequence[Iterator[pa.Table]], key_names: Sequence[str],
+                     merge_function: MergeFunction) -> Iterator[pa.Table]:
+    # every run is needed whole: a record's fate depends on the keys of all runs above it
+    materialized = [list(run) for run in runs]
+    merged = anti_join_merge(materialized, key_names, merge_function)
+    if merged is not None:
+        yield from merged
+    else:
+        yield from _merge_sorted([iter(run) for run in materialized], key_names, merge_function, None)
+
+
+def _merge_sorted(runs: Sequence[Iterator[pa.Table]], key_names: Sequence[str],
+                  merge_function: MergeFunction, changelog: ChangelogSink | None) -> Iterator[pa.Table]:
     cursors = [_Cursor(run, key_names, i) for i, run in enumerate(runs)]
     # oldest run first, so that the records of a key meet in sequence order once concatenated
     # and sorting them needs no sequence tie-break (see sorting.sort_by_key)

@@ -136,7 +136,9 @@ class TableRead:
                 yield from run
             return
         assert self.merge_function is not None
-        yield from merge_runs(runs, self.key_names, self.merge_function)
+        # a read need not come out in key order: deduplicate/first-row tables then take the cheaper
+        # per-run anti-join (strata.mergetree.anti_join) where it applies
+        yield from merge_runs(runs, self.key_names, self.merge_function, ordered=False)
 
     def _run(self, split: DataSplit, files: list[DataFileMeta], wanted: list[str], io: FileIO,
              key_values: Sequence[str] = ()) -> Iterator[pa.Table]:
