@@ -69,3 +69,21 @@ def spark() -> Iterator[Service]:
 @pytest.fixture(scope="session")
 def docker() -> Iterator[Service]:
     yield from _provide("docker")
+
+
+@pytest.fixture
+def bootstrap(kafka: Service) -> str:
+    """The Kafka bootstrap address of the session's broker."""
+    return kafka.client_env()["STRATA_KAFKA_BOOTSTRAP"]
+
+
+@pytest.fixture
+def topics(bootstrap: str) -> Iterator[list[str]]:
+    """Names a test appends here are deleted after it (its log-store producers closed first)."""
+    from strata.log import kafka as log_kafka
+    from strata_platform.services import kafka as broker
+
+    created: list[str] = []
+    yield created
+    log_kafka.close_producers()
+    broker.delete_topics(bootstrap, created)

@@ -16,7 +16,6 @@ import pytest
 import strata
 from strata_platform.cdc import CdcJob, parse_canal, parse_debezium
 from strata_platform.services import kafka as broker
-from strata_platform.services.base import Service
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,11 +57,6 @@ def test_canal_update_rebuilds_the_old_row() -> None:
 
 
 # -- against the broker ----------------------------------------------------------------------------------
-@pytest.fixture
-def bootstrap(kafka: Service) -> str:
-    return kafka.client_env()["STRATA_KAFKA_BOOTSTRAP"]
-
-
 @pytest.fixture
 def topic(bootstrap: str) -> Iterator[str]:
     name = f"it-cdc-{uuid.uuid4().hex[:12]}"

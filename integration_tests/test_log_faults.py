@@ -17,7 +17,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -69,24 +68,9 @@ if __name__ == "__main__" and sys.argv[1:2] == ["child"]:
 # -- the tests (pytest) ------------------------------------------------------------------------------
 import pytest  # noqa: E402 - the child process above needs no pytest
 
-from strata_platform.services import kafka as broker  # noqa: E402
 from strata_platform.services import registry  # noqa: E402
-from strata_platform.services.base import Service  # noqa: E402
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture
-def bootstrap(kafka: Service) -> str:
-    return kafka.client_env()["STRATA_KAFKA_BOOTSTRAP"]
-
-
-@pytest.fixture
-def topics(bootstrap: str) -> Iterator[list[str]]:
-    created: list[str] = []
-    yield created
-    log_kafka.close_producers()
-    broker.delete_topics(bootstrap, created)
 
 
 @pytest.fixture

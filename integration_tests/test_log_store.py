@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +18,9 @@ from strata.log import HybridReader, LogOffsetsLostWarning, LogSystemError, fall
 from strata.log import kafka as log_kafka
 from strata.log.serde import decode_envelope
 from strata.operation.commit import FileStoreCommit
-from strata_platform.services import kafka as broker
-from strata_platform.services.base import Service
 
 pytestmark = pytest.mark.kafka
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64())])
-
-
-@pytest.fixture
-def bootstrap(kafka: Service) -> str:
-    return kafka.client_env()["STRATA_KAFKA_BOOTSTRAP"]
-
-
-@pytest.fixture
-def topics(bootstrap: str) -> Iterator[list[str]]:
-    created: list[str] = []
-    yield created
-    log_kafka.close_producers()
-    broker.delete_topics(bootstrap, created)
 
 
 @pytest.fixture

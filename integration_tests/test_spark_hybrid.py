@@ -22,7 +22,6 @@ import strata
 from strata.log import kafka as log_kafka
 from strata.spark import register
 from strata.spark.writer import written_paths
-from strata_platform.services import kafka as broker
 from strata_platform.services.base import Service
 from strata_platform.services.spark import spark_session
 
@@ -40,19 +39,6 @@ def session(spark: Service) -> Iterator[SparkSession]:
     register(s)
     yield s
     s.stop()
-
-
-@pytest.fixture
-def bootstrap(kafka: Service) -> str:
-    return kafka.client_env()["STRATA_KAFKA_BOOTSTRAP"]
-
-
-@pytest.fixture
-def topics(bootstrap: str) -> Iterator[list[str]]:
-    created: list[str] = []
-    yield created
-    log_kafka.close_producers()
-    broker.delete_topics(bootstrap, created)
 
 
 @pytest.fixture
