@@ -35,6 +35,7 @@ import pytest
 
 import strata
 from strata.fs.s3 import S3FileIO
+from strata.operation.manifests import DECODED_MANIFESTS
 from strata_platform.services.base import Service
 
 TRIALS = 20
@@ -135,6 +136,7 @@ def run_trials(warehouse: str, options: dict[str, str]) -> dict[str, int]:
     # calibrate: how many storage operations and how long a commit (with its expiry) takes
     ops, durations = 0, []
     for ident in (2, 3, 4):
+        DECODED_MANIFESTS.clear()  # count a cold process's operations, as the killed writer's
         count = [0]
         began = time.monotonic()
         with io_hook(table.file_io, lambda _n, c=count: c.__setitem__(0, c[0] + 1)):
@@ -199,6 +201,7 @@ def run_trials(warehouse: str, options: dict[str, str]) -> dict[str, int]:
         # the next commit succeeds (after the killed writer's lock, if any, expired)
         follow = batch(100 + trial)  # the same shape as the faulty writer's, from a cold table object
         fresh = strata.load_catalog(warehouse, **options).get_table("db.t")
+        DECODED_MANIFESTS.clear()  # cold, like the spawned writer (manifests are cached per process)
         count = [0]
         began = time.monotonic()
         with io_hook(fresh.file_io, lambda _n, c=count: c.__setitem__(0, c[0] + 1)):
