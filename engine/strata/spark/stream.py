@@ -6,7 +6,9 @@ changelog files with a changelog producer, else what APPEND commits wrote (COMPA
 OVERWRITE snapshots carry no changes then, as in Paimon's streaming read). When the query
 starts with a full scan (``latest-full``, ``compacted-full``, ``from-snapshot-full``), the
 offsets also carry ``"base": S``: position S then stands for the whole content of snapshot S
-instead of its delta.
+instead of its delta. They carry ``"origin"``, the position the query began at, too: Spark asks
+for the initial offset again to run the first batch (also after a restart), so a batch's true
+start can always be told from its end.
 
 Options:
     scan.mode              latest-full (default; also 'default', 'full'): snapshot S = the latest at
@@ -205,10 +207,12 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.consumer_saved: int | None = None
         self.consumer_saved_at = 0.0
         self._driver_table: Table | None = None
+        self._initial: dict | None = None
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_driver_table"] = None  # executors load the table themselves
+        state["_initial"] = None
         state["log_watch"] = None  # the driver's Kafka consumer
         return state
 
@@ -220,8 +224,29 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets (driver) ------------------------------------------------------------------------
     def initialOffset(self) -> dict:
-        offset = {**self._initial_position(), "table": str(self.ref)}
-        return self._with_log(offset) if self.log_watch is not None else offset
+        """Computed once: Spark asks again when it runs the first batch, and the latest snapshot
+        may have moved on by then (a second answer would skip what the first batch planned)."""
+        if self._initial is None:
+            position = self._initial_position()
+            offset = {**position, "origin": position["snapshot"], "table": str(self.ref)}
+            self._initial = self._with_log(offset) if self.log_watch is not None else offset
+        return self._initial
+
+    def _planned_start(self, table: Table, start: dict, end: dict) -> dict:
+        """The start `end` was planned from. Every offset carries the position the query began at
+        ("origin"); a start whose origin differs is an initial offset computed anew, as when a
+        restarted query re-runs its first batch: the original one is rebuilt from `end`."""
+        origin = end.get("origin")
+        if origin is None or start.get("origin") == origin:
+            return start
+        planned = {"snapshot": origin, "origin": origin, "table": end.get("table", str(self.ref))}
+        if "base" in end:
+            planned["base"] = end["base"]
+        if "log" in end:
+            log_start = hybrid.snapshot_offsets(table, int(end["log-from"]))
+            if log_start is not None:
+                planned.update({"log": log_start, "log-from": end["log-from"]})
+        return planned
 
     def _with_log(self, offset: dict) -> dict:
         """`offset` with the log offsets of the snapshot the log reading starts after (the base of
@@ -329,6 +354,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         in snapshot order: all changes of one key reach one task, in commit order, so a
         pipeline without a shuffle (e.g. a CDC mirror into another table) keeps their order."""
         table = self.ref.load()  # fresh: the schema may have evolved
+        start = self._planned_start(table, start, end)
         if "log" in start and "log" in end and not self._log_gone(start, end):
             return self._log_partitions(table, start, end)
         first, last = int(start["snapshot"]) + 1, int(end["snapshot"])
