@@ -35,23 +35,32 @@ def anti_join_applies(merge_function: MergeFunction) -> bool:
     return isinstance(merge_function, FirstRowMerge)
 
 
-def anti_join_merge(runs: Sequence[Run], key_names: Sequence[str],
-                    merge_function: MergeFunction) -> list[pa.Table] | None:
+def anti_join_merge(runs: Sequence[Run], key_names: Sequence[str], merge_function: MergeFunction,
+                    ranges: Sequence[tuple[int, int]] | None = None) -> list[pa.Table] | None:
     """The winning records of every key (retractions included: readers drop them), run by run;
-    None when this merge does not apply to these runs."""
+    None when this merge does not apply to these runs. `ranges`: each run's (min, max) sequence
+    number when the caller knows them (from file metadata); the runs then need no sequence
+    column."""
     if len(key_names) != 1 or not anti_join_applies(merge_function):
         return None
     assert isinstance(merge_function, DeduplicateMerge | FirstRowMerge)
+    newest_first = isinstance(merge_function, DeduplicateMerge)
+    if ranges is not None:
+        precedence = precedence_from_ranges(ranges, newest_first)
+        if precedence is None:
+            return None
+        runs = [runs[i] for i in precedence]
     tables = [pa.concat_tables(run) for run in runs if any(t.num_rows for t in run)]
     if not tables:
         return []
-    if any(SEQUENCE_NUMBER not in t.column_names or VALUE_KIND not in t.column_names for t in tables):
+    needed = (VALUE_KIND,) if ranges is not None else (SEQUENCE_NUMBER, VALUE_KIND)
+    if any(name not in t.column_names for t in tables for name in needed):
         return None
     maybe_codes = [_key_codes(t.column(key_names[0])) for t in tables]
     codes = [c for c in maybe_codes if c is not None and _strictly_increasing(c)]
     if len(codes) < len(tables):
         return None
-    order = _precedence(tables, newest_first=isinstance(merge_function, DeduplicateMerge))
+    order = list(range(len(tables))) if ranges is not None else _precedence(tables, newest_first)
     if order is None:
         return None
     ignore_delete = merge_function.ignore_delete
@@ -66,11 +75,12 @@ def _filter_runs(tables: list[pa.Table], codes: list[np.ndarray], ignore_delete:
     With ignore-delete, retractions neither win nor hide the key from later runs."""
     seen = _KeySet.for_codes(codes)
     out: list[pa.Table] = []
-    for table, code in zip(tables, codes, strict=True):
+    for i, (table, code) in enumerate(zip(tables, codes, strict=True)):
         keep = ~seen.contains(code)
         if ignore_delete:
             keep &= live_rows_mask(_kinds(table))
-        seen.add(code[keep])
+        if i < len(tables) - 1:  # no run comes after the last to hide
+            seen.add(code[keep])
         out.append(table if keep.all() else table.filter(pa.array(keep)))
     return [t for t in out if t.num_rows]
 
@@ -128,20 +138,29 @@ def _precedence(tables: Sequence[pa.Table], newest_first: bool) -> list[int] | N
     for t in tables:
         seq = _as_numpy(t.column(SEQUENCE_NUMBER))
         ranges.append((int(seq.min()), int(seq.max())))
-    oldest_first = sorted(range(len(tables)), key=lambda i: ranges[i][0])
+    return precedence_from_ranges(ranges, newest_first)
+
+
+def precedence_from_ranges(ranges: Sequence[tuple[int, int]], newest_first: bool) -> list[int] | None:
+    """Run indices by precedence from each run's (min, max) sequence number, or None if two
+    ranges overlap."""
+    oldest_first = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
     for older, newer in itertools.pairwise(oldest_first):
         if ranges[older][1] >= ranges[newer][0]:
             return None
     return oldest_first[::-1] if newest_first else oldest_first
 
 
+def integer_like(t: pa.DataType) -> bool:
+    """Key types the anti-join handles: their values fit int64 codes."""
+    # uint64: values above 2**63 would not fit
+    return (pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)) and not pa.types.is_uint64(t)
+
+
 def _key_codes(column: pa.ChunkedArray) -> np.ndarray | None:
     """The key as int64 values (equal keys, equal codes), or None for other key types."""
-    t = column.type
-    if column.null_count or not (pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)):
+    if column.null_count or not integer_like(column.type):
         return None
-    if pa.types.is_uint64(t):
-        return None  # values above 2**63 would not fit
     return _as_numpy(column).astype(np.int64, copy=False)
 
 

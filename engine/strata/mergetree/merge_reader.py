@@ -25,27 +25,42 @@ from strata.schema.table_schema import SEQUENCE_NUMBER
 
 def merge_runs(runs: Sequence[Iterator[pa.Table]], key_names: Sequence[str],
                merge_function: MergeFunction, changelog: ChangelogSink | None = None,
-               ordered: bool = True) -> Iterator[pa.Table]:
+               ordered: bool = True, ranges: Sequence[tuple[int, int]] | None = None) -> Iterator[pa.Table]:
     """Merged rows in key order. With `changelog`, the changes each key undergoes relative to
     run `changelog.top_run` (the previous full merge) are appended to `changelog.tables`.
 
     `ordered=False` (a full read) lets the runs be merged unordered by an anti-join where the
-    engine and the key allow (see anti_join.py): the runs are then read whole, not streamed."""
+    engine and the key allow (see anti_join.py): the runs are then read whole, not streamed.
+    `ranges` (unordered only): each run's (min, max) sequence number, from file metadata, for
+    runs read without the sequence column."""
     if not ordered and changelog is None and len(key_names) == 1 and anti_join_applies(merge_function):
-        yield from _merge_unordered(runs, key_names, merge_function)
+        yield from _merge_unordered(runs, key_names, merge_function, ranges)
         return
     yield from _merge_sorted(runs, key_names, merge_function, changelog)
 
 
 def _merge_unordered(runs: Sequence[Iterator[pa.Table]], key_names: Sequence[str],
-                     merge_function: MergeFunction) -> Iterator[pa.Table]:
+                     merge_function: MergeFunction, ranges: Sequence[tuple[int, int]] | None) -> Iterator[pa.Table]:
     # every run is needed whole: a record's fate depends on the keys of all runs above it
     materialized = [list(run) for run in runs]
-    merged = anti_join_merge(materialized, key_names, merge_function)
+    merged = anti_join_merge(materialized, key_names, merge_function, ranges)
     if merged is not None:
         yield from merged
-    else:
-        yield from _merge_sorted([iter(run) for run in materialized], key_names, merge_function, None)
+        return
+    if ranges is not None:  # e.g. a file holding a key twice: merge generally, on stand-in sequences
+        materialized = [_with_sequences(run, low) for run, (low, _) in zip(materialized, ranges, strict=True)]
+    yield from _merge_sorted([iter(run) for run in materialized], key_names, merge_function, None)
+
+
+def _with_sequences(run: list[pa.Table], low: int) -> list[pa.Table]:
+    """A run read without its sequence column, given ascending stand-ins from its lowest one:
+    they keep the order of the runs (whose ranges do not overlap) and of the records of a key
+    within a run (written in sequence order); a run has no more records than sequence numbers."""
+    out, start = [], low
+    for table in run:
+        out.append(table.append_column(SEQUENCE_NUMBER, pa.array(np.arange(start, start + table.num_rows))))
+        start += table.num_rows
+    return out
 
 
 def _merge_sorted(runs: Sequence[Iterator[pa.Table]], key_names: Sequence[str],

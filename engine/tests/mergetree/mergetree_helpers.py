@@ -47,7 +47,7 @@ def rows(table: pa.Table, live_only: bool = False) -> list[dict[str, Any]]:
     out = []
     for row in table.to_pylist():
         kind = names[row.pop(VALUE_KIND)]
-        row.pop(SEQUENCE_NUMBER)
+        row.pop(SEQUENCE_NUMBER, None)  # absent from runs read without it
         row.pop("_KEY_k")
         if not live_only:
             row["_kind"] = kind

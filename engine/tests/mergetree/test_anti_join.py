@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from strata.mergetree.merge_function import (
     merge_function_for,
 )
 from strata.mergetree.merge_reader import merge_runs
+from strata.schema.table_schema import SEQUENCE_NUMBER
 
 SETTINGS = settings(max_examples=120, deadline=None, derandomize=True, database=None)
 ENGINES: dict[str, DeduplicateMerge | FirstRowMerge] = {
@@ -40,6 +42,16 @@ def sorted_merge(runs: list[list[pa.Table]], mf: Any) -> list[pa.Table]:
 
 def unordered_merge(runs: list[list[pa.Table]], mf: Any) -> list[pa.Table]:
     return list(merge_runs([iter(r) for r in runs], KEYS, mf, ordered=False))
+
+
+def merge_without_sequences(runs: list[list[pa.Table]], mf: Any) -> list[pa.Table]:
+    """The merge a full read does when the files' metadata give each run's sequence range: the
+    runs come without the sequence column."""
+    runs = [r for r in runs if any(t.num_rows for t in r)]
+    ranges = [(min(pc.min(t.column(SEQUENCE_NUMBER)).as_py() for t in r if t.num_rows),
+               max(pc.max(t.column(SEQUENCE_NUMBER)).as_py() for t in r if t.num_rows)) for r in runs]
+    stripped = [[t.drop_columns([SEQUENCE_NUMBER]) for t in r] for r in runs]
+    return list(merge_runs([iter(r) for r in stripped], KEYS, mf, ordered=False, ranges=ranges))
 
 
 @st.composite
@@ -69,7 +81,9 @@ def test_same_rows_as_the_sorted_merge(engine: str, data: st.DataObject) -> None
     # with ignore-delete the sorted merge keeps the retractions of a run it need not merge, which
     # readers drop: only the visible rows must agree there
     live_only = mf.ignore_delete
-    assert key_sorted(unordered_merge(runs, mf), live_only) == key_sorted(sorted_merge(runs, mf), live_only)
+    expected = key_sorted(sorted_merge(runs, mf), live_only)
+    assert key_sorted(unordered_merge(runs, mf), live_only) == expected
+    assert key_sorted(merge_without_sequences(runs, mf), live_only) == expected
 
 
 def test_newest_run_wins_and_deletes_survive_for_the_reader() -> None:
@@ -112,6 +126,15 @@ def test_falls_back_to_the_sorted_merge(case: str) -> None:
     assert anti_join_merge(runs, keys, mf) is None
     if keys == KEYS:  # and merge_runs still merges these runs correctly
         assert key_sorted(unordered_merge(runs, mf)) == key_sorted(sorted_merge(runs, mf))
+
+
+def test_runs_read_without_sequences_fall_back_on_stand_ins() -> None:
+    # a level-0 file holding a key twice (in sequence order): the anti-join cannot take it, the
+    # general merge then runs on stand-in sequences that keep the runs' and the records' order
+    runs = [[kv([1, 1, 2], seq=[3, 4, 5], v=[10, 11, 20])], [kv([1, 2, 3], seq=[0, 1, 2], v=[1, 2, 3])]]
+    for mf in (DeduplicateMerge(), FirstRowMerge()):
+        assert key_sorted(merge_without_sequences(runs, mf)) == key_sorted(sorted_merge(runs, mf))
+    assert [r["v"] for r in key_sorted(merge_without_sequences(runs, DeduplicateMerge()))] == [11, 20, 3]
 
 
 def test_first_row_still_refuses_retractions() -> None:
