@@ -27,8 +27,10 @@ later merge does not take it for a row removal).
 
 Merging in steps gives the same visible rows as merging at once, except where Paimon's own
 result depends on run boundaries: a row re-seeded by a -D (remove-record-on-delete, or a removing
-sequence group) or by a leading retraction, and order-sensitive aggregates (last_non_null_value,
-first_value, listagg...) over group sequences that arrive out of order in different runs.
+sequence group) or by a leading retraction, a key that met only retractions (it merges to -D, as
+Java's ``meetInsert`` decides, and a full compaction drops that -D with its group sequences), and
+order-sensitive aggregates (last_non_null_value, first_value, listagg...) over group sequences
+that arrive out of order in different runs.
 
 Not exactly Paimon: with several groups in remove-record-on-sequence-group, a removal does not
 lower the stored sequence of the other groups; first_non_null_value over out-of-order group

@@ -14,8 +14,8 @@ them through ``retraction`` (what a retraction may carry), ``retract_needs_row``
   older fields (a -U even revives the -D's values) depending on whether the -D met them first:
   the machine sends a deleted key nothing but -D until a full compaction drops the -D;
 * a sequence-group retraction on a key with no insert merges to an invisible -D that a full
-  compaction drops together with its group sequence (an engine bug, see
-  test_full_compaction_keeps_the_group_sequence_of_a_retraction): retractions go to existing keys only;
+  compaction drops together with its group sequence, as in Paimon (see
+  test_a_retraction_only_key_merges_to_delete_as_in_paimon): retractions go to existing keys only;
 * last_non_null_value retracted by a non-null value is null or the older value depending on
   whether the retraction met it: retractions carry null there.
 """
