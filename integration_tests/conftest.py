@@ -1,74 +1,99 @@
 """Session-scoped fixtures that hand a test a running real service.
 
 A service is provisioned (installed from cache, started on 127.0.0.1) the first time a test asks
-for it and stopped at the end of the session. Outside CI a service that cannot be brought up
-skips its tests; under CI=true that is a failure, never a skip.
+for it and stopped at the end of the session (strata_platform.services.testing.provide). Outside
+CI a service that cannot be brought up skips its tests; under CI=true that is a failure.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from strata_platform.services import registry
 from strata_platform.services.base import Service
+from strata_platform.services.testing import provide
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-
-def _provide(name: str) -> Iterator[Service]:
-    service = registry.get(name)
-    started_here = service.running_pid() is None
-    try:
-        service.start()
-    except Exception as exc:
-        if started_here:
-            service.stop()
-        if IN_CI:
-            pytest.fail(f"service {name} could not be started under CI: {exc}", pytrace=False)
-        pytest.skip(f"service {name} unavailable: {exc}")
-    try:
-        yield service
-    finally:
-        if started_here:
-            service.stop()
-
+    import strata
 
 @pytest.fixture(scope="session")
 def minio() -> Iterator[Service]:
-    yield from _provide("minio")
+    yield from provide("minio")
 
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Service]:
-    yield from _provide("postgres")
+    yield from provide("postgres")
 
 
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[Service]:
-    yield from _provide("kafka")
+    yield from provide("kafka")
 
 
 @pytest.fixture(scope="session")
 def trino() -> Iterator[Service]:
-    yield from _provide("trino")
+    yield from provide("trino")
 
 
 @pytest.fixture(scope="session")
 def prometheus() -> Iterator[Service]:
-    yield from _provide("prometheus")
+    yield from provide("prometheus")
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Service]:
-    yield from _provide("spark")
+    yield from provide("spark")
+
+
+@pytest.fixture(scope="session")
+def spark_sql(spark: Service) -> Iterator[SparkSession]:
+    """One local SparkSession for every Spark module (each new one costs seconds), with the
+    strata data sources registered; modules use it through `session`."""
+    from strata.spark import register
+    from strata_platform.services.spark import spark_session
+
+    shared = spark_session("strata-integration-tests")
+    register(shared)
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture(scope="module")
+def session(spark_sql: SparkSession) -> Iterator[SparkSession]:
+    """The shared SparkSession for one module; at its end the streaming queries it left are
+    stopped and the runtime settings it changed restored, so modules do not leak into others."""
+    before = spark_sql.conf.getAll
+    yield spark_sql
+    for query in spark_sql.streams.active:
+        query.stop()
+    after = spark_sql.conf.getAll
+    for key in after.keys() - before.keys():
+        spark_sql.conf.unset(key)
+    for key, value in before.items():
+        if after.get(key) != value:
+            spark_sql.conf.set(key, value)
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> strata.FileSystemCatalog:
+    """A filesystem catalog in the test's directory, with database "db"."""
+    import strata
+
+    cat = strata.load_catalog(str(tmp_path / "warehouse"))
+    assert isinstance(cat, strata.FileSystemCatalog)
+    cat.create_database("db")
+    return cat
 
 
 @pytest.fixture(scope="session")
 def docker() -> Iterator[Service]:
-    yield from _provide("docker")
+    yield from provide("docker")
 
 
 @pytest.fixture

@@ -24,19 +24,11 @@ import strata
 from strata_platform.cdc.spark_job import SparkCdcJob
 from strata_platform.services import kafka as broker
 from strata_platform.services.base import Service
-from strata_platform.services.spark import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def session(spark: Service) -> Iterator[SparkSession]:
-    s = spark_session("strata-test-cdc-spark")
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="module")

@@ -32,11 +32,9 @@ import strata
 from strata.fs.s3 import S3FileIO
 from strata.lineage import consistent_set, read_consistent, tag_consistent_set
 from strata.lineage.spark import LineageBatchWriter
-from strata.spark import register
 from strata.table.table import Table
 from strata_platform import metaservice
 from strata_platform.services.base import Service
-from strata_platform.services.spark import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -95,18 +93,9 @@ def source_join(source_table: Table, snapshot_id: int) -> list[tuple]:
 
 # -- fixtures ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def session(spark: Service) -> Iterator[SparkSession]:
-    s = spark_session("strata-test-lineage")
-    s.conf.set("spark.sql.shuffle.partitions", "1")  # tiny aggregates
-    register(s)
-    yield s
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> strata.Catalog:
-    cat = strata.load_catalog(str(tmp_path / "warehouse"))
-    cat.create_database("db")
-    return cat
+def session(session: SparkSession) -> SparkSession:
+    session.conf.set("spark.sql.shuffle.partitions", "1")  # tiny aggregates (restored after the module)
+    return session
 
 
 def uri(catalog: strata.Catalog, table: Table) -> str:

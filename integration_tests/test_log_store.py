@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -21,13 +20,6 @@ from strata.operation.commit import FileStoreCommit
 
 pytestmark = pytest.mark.kafka
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64())])
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> strata.Catalog:
-    cat = strata.load_catalog(str(tmp_path / "warehouse"))
-    cat.create_database("db")
-    return cat
 
 
 def make_table(catalog: strata.Catalog, bootstrap: str, topics: list[str], pk: bool = True,

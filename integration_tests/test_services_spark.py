@@ -10,20 +10,12 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import pytest
 
-from strata_platform.services.base import Service
-from strata_platform.services.spark import EXPECTED, run_smoke_job, spark_session
+from strata_platform.services.spark import EXPECTED, run_smoke_job
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def session(spark: Service) -> Iterator[SparkSession]:
-    s = spark_session("strata-test-services-spark")
-    yield s
-    s.stop()
 
 
 def test_session_is_local_and_loopback(session: SparkSession) -> None:

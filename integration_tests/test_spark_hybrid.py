@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +19,7 @@ import pytest
 
 import strata
 from strata.log import kafka as log_kafka
-from strata.spark import register
 from strata.spark.writer import written_paths
-from strata_platform.services.base import Service
-from strata_platform.services.spark import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,22 +27,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64())])
 Row = tuple[str, int, str, float]  # (_ROW_KIND, id, name, amount)
-
-
-@pytest.fixture(scope="module")
-def session(spark: Service) -> Iterator[SparkSession]:
-    s = spark_session("strata-test-spark-hybrid")
-    register(s)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> strata.FileSystemCatalog:
-    cat = strata.load_catalog(str(tmp_path / "warehouse"))
-    assert isinstance(cat, strata.FileSystemCatalog)
-    cat.create_database("db")
-    return cat
 
 
 def make_table(catalog: strata.FileSystemCatalog, bootstrap: str, topics: list[str]) -> strata.Table:

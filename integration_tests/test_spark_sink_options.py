@@ -9,19 +9,14 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
 
-import strata
 from strata.lineage import consistent_set, lineage_graph
 from strata.lineage.record import JOB_KEY, ROOT_PREFIX, SOURCE_PREFIX
-from strata.spark import register
-from strata_platform.services.base import Service
-from strata_platform.services.spark import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -30,22 +25,6 @@ pytestmark = pytest.mark.spark
 EVENTS = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("ts", pa.timestamp("ms")),
                     pa.field("v", pa.string())])
 EPOCH = datetime.datetime(1970, 1, 1)
-
-
-@pytest.fixture(scope="module")
-def session(spark: Service) -> Iterator[SparkSession]:
-    s = spark_session("strata-test-spark-sink-options")
-    register(s)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> strata.FileSystemCatalog:
-    cat = strata.load_catalog(str(tmp_path / "warehouse"))
-    assert isinstance(cat, strata.FileSystemCatalog)
-    cat.create_database("db")
-    return cat
 
 
 def events(ids: list[int], millis: list[int], tag: str) -> pa.Table:

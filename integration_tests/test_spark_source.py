@@ -23,10 +23,8 @@ import pyarrow as pa
 import pytest
 
 import strata
-from strata.spark import register, write_table
+from strata.spark import write_table
 from strata.spark.types import conform_output, expected_arrow_schema
-from strata_platform.services.base import Service
-from strata_platform.services.spark import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,20 +40,9 @@ ORDERS = pa.schema([
 EVENTS = pa.schema([("id", pa.int64()), ("snap", pa.int32()), ("v", pa.string())])
 
 
-@pytest.fixture(scope="module")
-def session(spark: Service) -> Iterator[SparkSession]:
-    s = spark_session("strata-test-spark-source")
-    register(s)
-    s.dataSource.register(sequence_source())
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> strata.Catalog:
-    cat = strata.load_catalog(str(tmp_path / "warehouse"))
-    cat.create_database("db")
-    return cat
+@pytest.fixture(scope="module", autouse=True)
+def sequence_source_registered(session: SparkSession) -> None:
+    session.dataSource.register(sequence_source())
 
 
 @pytest.fixture(autouse=True)

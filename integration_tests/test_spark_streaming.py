@@ -9,7 +9,6 @@ called directly and from a restarted query whose commit marker was lost.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -19,10 +18,8 @@ import pytest
 
 import strata
 from strata.errors import OptionError
-from strata.spark import batch_writer, register, upsert_batch
+from strata.spark import batch_writer, upsert_batch
 from strata.spark.options import commit_user_for_checkpoint
-from strata_platform.services.base import Service
-from strata_platform.services.spark import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,22 +28,6 @@ pytestmark = pytest.mark.spark
 
 Warehouse: TypeAlias = strata.FileSystemCatalog  # a catalog with a warehouse path, for data source URIs
 EVENTS = pa.schema([("id", pa.int64()), ("snap", pa.int32()), ("v", pa.string())])
-
-
-@pytest.fixture(scope="module")
-def session(spark: Service) -> Iterator[SparkSession]:
-    s = spark_session("strata-test-spark-streaming")
-    register(s)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Warehouse:
-    cat = strata.load_catalog(str(tmp_path / "warehouse"))
-    assert isinstance(cat, strata.FileSystemCatalog)
-    cat.create_database("db")
-    return cat
 
 
 def uri(catalog: Warehouse, name: str) -> str:

@@ -10,7 +10,6 @@ run on local disk says why with ``@pytest.mark.local_storage_only(reason=...)``.
 
 from __future__ import annotations
 
-import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -25,7 +24,6 @@ _TESTS = str(Path(__file__).resolve().parents[0])
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 STORAGE_KINDS = ("local", "minio")
 MINIO_PREFIX = "engine-tests"
 
@@ -56,25 +54,12 @@ def storage() -> str:
 @pytest.fixture(scope="session")
 def minio_options() -> Iterator[dict[str, str]]:
     """Catalog options of the shared MinIO service, started here if nobody runs it."""
-    from strata_platform.services import registry
+    from strata_platform.services.testing import provide
 
-    service = registry.get("minio")
-    started_here = service.running_pid() is None
-    try:
-        service.start()
-    except Exception as exc:
-        if started_here:
-            service.stop()
-        if IN_CI:
-            pytest.fail(f"service minio could not be started under CI: {exc}", pytrace=False)
-        pytest.skip(f"service minio unavailable: {exc}")
-    env = service.client_env()
-    try:
+    for service in provide("minio"):
+        env = service.client_env()
         yield {"s3.endpoint": env["AWS_ENDPOINT_URL"], "s3.access-key": env["AWS_ACCESS_KEY_ID"],
                "s3.secret-key": env["AWS_SECRET_ACCESS_KEY"], "s3.region": env["AWS_REGION"]}
-    finally:
-        if started_here:
-            service.stop()
 
 
 @pytest.fixture
