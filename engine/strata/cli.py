@@ -417,7 +417,7 @@ def cmd_describe(catalog: Catalog, args: argparse.Namespace) -> int:
     for f in schema.fields:
         roles = [r for r, keys in (("PK", schema.primary_keys), ("PARTITION", schema.partition_keys))
                  if f.name in keys]
-        rows.append([f.id, f.name, f.type.to_json(), " ".join(roles), f.description or ""])
+        rows.append([f.id, f.name, str(f.type), " ".join(roles), f.description or ""])
     out.append(format_table(["id", "column", "type", "key", "comment"], rows))
     out.append("")
     out.append("Options:")

@@ -60,6 +60,22 @@ def validate_schema(schema: TableSchema, where: str) -> None:
             raise SchemaMismatchError(f"bucket-key {key!r} of table {where} cannot be a partition key")
         if schema.primary_keys and key not in schema.primary_keys:
             raise SchemaMismatchError(f"bucket-key {key!r} of table {where} must be part of the primary key")
+    _check_nested_keys(schema, core, where)
+
+
+def _check_nested_keys(schema: TableSchema, core: opts.CoreOptions, where: str) -> None:
+    """Keys are hashed, compared and written into BinaryRows: Paimon refuses collection types there."""
+    roles = [("primary key", schema.primary_keys), ("partition key", schema.partition_keys)]
+    if schema.primary_keys:
+        roles.append(("sequence.field", core.sequence_fields()))
+    if core.bucket > 0:
+        roles.append(("bucket-key", schema.bucket_keys()))
+    for role, keys in roles:
+        for key in keys:
+            dtype = schema.field(key).type
+            if dtype.is_nested:
+                raise SchemaMismatchError(f"{role} column {key!r} of table {where} has type {dtype}: "
+                                          f"{dtype.root} columns cannot be used as a {role}")
 
 
 def _check_supported(schema: TableSchema, core: opts.CoreOptions, where: str) -> None:

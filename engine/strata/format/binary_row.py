@@ -202,6 +202,16 @@ def _value_type(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
+def _is_nested(t: pa.DataType) -> bool:
+    """ARRAY / MAP / MULTISET: Strata only writes them as null (stats of nested columns)."""
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t)
+
+
+def _nested_value_error(t: pa.DataType) -> ValueError:
+    return ValueError(f"Arrow type {t} has no BinaryRow encoding in Strata for non-null values "
+                      "(nested columns only get null statistics)")
+
+
 def row_bytes(values: Sequence[object], types: Sequence[pa.DataType]) -> bytes:
     """The BinaryRow bytes (no arity prefix) of one INSERT row."""
     if len(values) != len(types):
@@ -210,8 +220,14 @@ def row_bytes(values: Sequence[object], types: Sequence[pa.DataType]) -> bytes:
     row = bytearray(fixed_part_size(arity))
     for pos, (value, t) in enumerate(zip(values, types, strict=True)):
         t = _value_type(t)
-        kind = kind_of(t)
         slot = null_bits_width(arity) + 8 * pos
+        if _is_nested(t):
+            # Java's setNullAt: the null bit and a zero slot, nothing in the variable part
+            if value is not None:
+                raise _nested_value_error(t)
+            _write_null(row, pos, slot, Kind.BINARY)
+            continue
+        kind = kind_of(t)
         if value is None:
             _write_null(row, pos, slot, kind)
         else:
@@ -277,6 +293,8 @@ def deserialize(data: bytes, types: Sequence[pa.DataType]) -> list[object]:
             values.append(None)
             continue
         t = _value_type(t)
+        if _is_nested(t):
+            raise _nested_value_error(t)
         values.append(_read_value(row, null_bits_width(arity) + 8 * pos, kind_of(t), t))
     return values
 

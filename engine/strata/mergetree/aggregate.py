@@ -83,6 +83,7 @@ RETRACTABLE = frozenset({"sum", "product", "collect", "merge_map", "last_value",
 # Paimon functions Strata cannot compute (yet): a table using them is refused, not misread
 NOT_SUPPORTED = ("rbm32", "rbm64", "nested_update", "nested_partial_update", "merge_map_with_keytime",
                  "hll_sketch", "theta_sketch")
+_COLLECTIONS = frozenset({"ARRAY", "MAP", "MULTISET"})
 _NUMERIC = frozenset({"TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL"})
 
 
@@ -145,10 +146,12 @@ def check_function(field: str, function: str, type_root: str | None, string_leng
         problem = "a BOOLEAN column"
     elif function == "listagg" and (type_root != "VARCHAR" or string_length != 2147483647):
         problem = "a STRING (unbounded VARCHAR) column"
-    elif function == "collect":
-        problem = "an ARRAY column (Strata's schema layer has no ARRAY type yet)"
-    elif function == "merge_map":
-        problem = "a MAP column (Strata's schema layer has no MAP type yet)"
+    elif function == "collect" and type_root != "ARRAY":
+        problem = "an ARRAY column"
+    elif function == "merge_map" and type_root != "MAP":
+        problem = "a MAP column"
+    elif function in ("max", "min") and type_root in _COLLECTIONS:
+        problem = "a comparable (atomic) column"
     if problem:
         raise OptionError(f"{where}: aggregate function {function!r} of field {field!r} needs {problem}, "
                           f"not {type_root}")

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from strata import metrics
-from strata.errors import SnapshotNotFoundError
+from strata.errors import SchemaMismatchError, SnapshotNotFoundError
 from strata.format import binary_row
 from strata.format.bucket import bucket_ids
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, live_files, merge_entries
 from strata.manifest.manifest_file_meta import ManifestFileMeta
 from strata.manifest.simple_stats import SimpleStats
-from strata.scan.predicate import ColumnStats, Predicate, equality_literals, only_fields
+from strata.scan.predicate import And, ColumnStats, Leaf, Not, Or, Predicate, equality_literals, only_fields
 from strata.snapshot.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -61,6 +61,20 @@ class Plan:
     stats: ScanStats
 
 
+def _refuse_nested_comparisons(predicate: Predicate | None, schema: Any) -> None:
+    """ARRAY / MAP / MULTISET columns have no min/max and no comparison kernel: only IS [NOT] NULL."""
+    if isinstance(predicate, And | Or):
+        _refuse_nested_comparisons(predicate.left, schema)
+        _refuse_nested_comparisons(predicate.right, schema)
+    elif isinstance(predicate, Not):
+        _refuse_nested_comparisons(predicate.child, schema)
+    elif isinstance(predicate, Leaf) and predicate.field in schema.field_names:
+        dtype = schema.field(predicate.field).type
+        if dtype.is_nested and predicate.op not in ("is_null", "is_not_null"):
+            raise SchemaMismatchError(f"cannot filter column {predicate.field!r} of type {dtype} with "
+                                      f"{predicate.op!r}: {dtype.root} columns only support is_null / is_not_null")
+
+
 class TableScan:
     def __init__(self, table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
                  tag: str | None = None, filter: Predicate | None = None, read_optimized: bool = False):
@@ -72,6 +86,7 @@ class TableScan:
         self._timestamp = timestamp_millis
         self._tag = tag
         schema = table.schema
+        _refuse_nested_comparisons(filter, schema)
         self.partition_fields = schema.partition_fields()
         self.partition_filter = only_fields(filter, set(schema.partition_keys))
         stat_fields = set(schema.trimmed_primary_keys) if schema.primary_keys else set(schema.field_names)

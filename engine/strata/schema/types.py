@@ -1,14 +1,17 @@
 """Paimon data types: parsing the SQL-like JSON form, and mapping to and from Arrow.
 
 Paimon writes atomic types as strings such as ``"BIGINT NOT NULL"``, ``"DECIMAL(10, 2)"`` or
-``"TIMESTAMP(6) WITH LOCAL TIME ZONE"`` (DataTypeJsonParser). Strata supports the atomic types;
-nested types are rejected with a clear error.
+``"TIMESTAMP(6) WITH LOCAL TIME ZONE"``, and collection types as JSON objects:
+``{"type": "ARRAY NOT NULL", "element": "INT"}``, ``{"type": "MAP", "key": "STRING NOT NULL",
+"value": "INT"}``, ``{"type": "MULTISET", "element": "STRING"}`` (DataTypeJsonParser). Strata
+supports the atomic types, ARRAY, MAP and MULTISET; ROW is rejected with a clear error.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -21,6 +24,7 @@ _SIMPLE = {
     "INTEGER": "INT", "BIGINT": "BIGINT", "FLOAT": "FLOAT", "DOUBLE": "DOUBLE", "DATE": "DATE",
     "STRING": "STRING", "BYTES": "BYTES",
 }
+NESTED_ROOTS = ("ARRAY", "MAP", "MULTISET")
 _PARAM = re.compile(
     r"^(?P<root>[A-Z_ ]+?)\s*(\((?P<args>[^)]*)\))?(?P<ltz>\s+WITH LOCAL TIME ZONE)?$")
 
@@ -31,13 +35,35 @@ class UnsupportedTypeError(ValueError):
 
 @dataclass(frozen=True)
 class DataType:
-    """An atomic Paimon type. ``root`` is one of the canonical names in ``ROOTS``."""
+    """A Paimon type: an atomic ``root`` (BIGINT, DECIMAL, VARCHAR, ...) or a collection.
+
+    ARRAY and MULTISET have an ``element``; MAP has a ``key`` and a ``value`` type.
+    """
 
     root: str
     nullable: bool = True
     precision: int | None = None  # DECIMAL precision, TIMESTAMP/TIME fractional digits
     scale: int | None = None  # DECIMAL scale
     length: int | None = None  # CHAR / VARCHAR / BINARY / VARBINARY length
+    element: DataType | None = None  # ARRAY / MULTISET element type
+    key: DataType | None = None  # MAP key type
+    value: DataType | None = None  # MAP value type
+
+    @staticmethod
+    def array(element: DataType, nullable: bool = True) -> DataType:
+        return DataType("ARRAY", nullable, element=element)
+
+    @staticmethod
+    def multiset(element: DataType, nullable: bool = True) -> DataType:
+        return DataType("MULTISET", nullable, element=element)
+
+    @staticmethod
+    def map(key: DataType, value: DataType, nullable: bool = True) -> DataType:
+        return DataType("MAP", nullable, key=key, value=value)
+
+    @property
+    def is_nested(self) -> bool:
+        return self.root in NESTED_ROOTS
 
     def not_null(self) -> DataType:
         return replace(self, nullable=False)
@@ -45,13 +71,35 @@ class DataType:
     def with_nullable(self, nullable: bool) -> DataType:
         return replace(self, nullable=nullable)
 
-    # -- JSON (Paimon's string form) ------------------------------------------------
-    def to_json(self) -> str:
+    # -- JSON (Paimon's form: a string, or an object for collections) ---------------
+    def to_json(self) -> Any:
+        """A ``str`` for atomic types, a ``dict`` for ARRAY / MAP / MULTISET."""
+        if not self.is_nested:
+            return str(self)
+        out: dict[str, Any] = {"type": self.root if self.nullable else f"{self.root} NOT NULL"}
+        if self.root == "MAP":
+            out["key"] = self._child(self.key).to_json()
+            out["value"] = self._child(self.value).to_json()
+        else:
+            out["element"] = self._child(self.element).to_json()
+        return out
+
+    def __str__(self) -> str:
+        """The SQL form, e.g. ``DECIMAL(10, 2) NOT NULL`` or ``MAP<STRING NOT NULL, ARRAY<INT>>``."""
         text = self._base_string()
         return text if self.nullable else f"{text} NOT NULL"
 
+    def _child(self, child: DataType | None) -> DataType:
+        if child is None:
+            raise UnsupportedTypeError(f"{self.root} type without its element/key/value type")
+        return child
+
     def _base_string(self) -> str:
         r = self.root
+        if r == "MAP":
+            return f"MAP<{self._child(self.key)}, {self._child(self.value)}>"
+        if r in ("ARRAY", "MULTISET"):
+            return f"{r}<{self._child(self.element)}>"
         if r == "DECIMAL":
             return f"DECIMAL({self.precision}, {self.scale})"
         if r == "VARCHAR":
@@ -67,16 +115,22 @@ class DataType:
         return r
 
     @staticmethod
-    def parse(text: str) -> DataType:
-        """Parse Paimon's string form, e.g. ``"DECIMAL(10, 2) NOT NULL"``."""
+    def parse(text: Any) -> DataType:
+        """Parse Paimon's JSON form: a string such as ``"DECIMAL(10, 2) NOT NULL"`` (also the SQL
+        form of collections, ``"ARRAY<INT>"``), or an object such as ``{"type": "ARRAY",
+        "element": "INT"}``."""
+        if isinstance(text, dict):
+            return _parse_object(text)
         if not isinstance(text, str):
-            raise UnsupportedTypeError(f"nested or non-string type {text!r} is not supported by Strata")
+            raise UnsupportedTypeError(f"cannot parse type {text!r}: expected a string or a JSON object")
         s = " ".join(text.strip().upper().split())
         nullable = True
         if s.endswith(" NOT NULL"):
             nullable, s = False, s[: -len(" NOT NULL")]
         elif s.endswith(" NULL"):
             s = s[: -len(" NULL")]
+        if s.endswith(">"):
+            return _parse_nested_string(text, s, nullable)
         m = _PARAM.match(s)
         if not m:
             raise UnsupportedTypeError(f"cannot parse type {text!r}")
@@ -87,6 +141,16 @@ class DataType:
     # -- Arrow ------------------------------------------------------------------------
     def to_arrow(self) -> pa.DataType:
         r = self.root
+        if r == "ARRAY":
+            element = self._child(self.element)
+            return pa.list_(pa.field("element", element.to_arrow(), nullable=element.nullable))
+        if r == "MAP":
+            # Arrow (like Parquet) has no null map keys: a key is non-null whatever it says
+            value = self._child(self.value)
+            return pa.map_(self._child(self.key).to_arrow(), pa.field("value", value.to_arrow(), value.nullable))
+        if r == "MULTISET":
+            # Paimon stores a multiset as a map of element -> count (ParquetSchemaConverter)
+            return pa.map_(self._child(self.element).to_arrow(), pa.field("value", pa.int32(), nullable=False))
         simple = _TO_ARROW.get(r)
         if simple is not None:
             return simple
@@ -99,7 +163,7 @@ class DataType:
         if r == "TIME":
             # Paimon keeps TIME as an int of milliseconds whatever the precision (so do its files)
             return pa.time32("ms")
-        raise UnsupportedTypeError(f"no Arrow mapping for {self.to_json()}")
+        raise UnsupportedTypeError(f"no Arrow mapping for {self}")
 
     @staticmethod
     def from_arrow(t: pa.DataType, nullable: bool = True) -> DataType:
@@ -122,6 +186,15 @@ class DataType:
             return DataType("TIMESTAMP_LTZ" if t.tz else "TIMESTAMP", nullable, precision=precision)
         if pa.types.is_time(t):
             return DataType("TIME", nullable, precision=3 if t.unit in ("s", "ms") else 6)
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            item = t.value_field
+            return DataType.array(DataType.from_arrow(item.type, item.nullable), nullable)
+        if pa.types.is_map(t):
+            key, item = t.key_field, t.item_field
+            return DataType.map(DataType.from_arrow(key.type, False), DataType.from_arrow(item.type, item.nullable),
+                                nullable)
+        if pa.types.is_struct(t):
+            raise UnsupportedTypeError(f"Arrow type {t}: ROW (struct) columns are not supported by Strata")
         raise UnsupportedTypeError(f"Arrow type {t} has no Paimon equivalent supported by Strata")
 
     @property
@@ -130,7 +203,7 @@ class DataType:
 
     @property
     def is_fixed_width(self) -> bool:
-        return self.root not in ("VARCHAR", "CHAR", "VARBINARY", "BINARY")
+        return self.root not in ("VARCHAR", "CHAR", "VARBINARY", "BINARY", *NESTED_ROOTS)
 
 
 _TO_ARROW: dict[str, pa.DataType] = {
@@ -169,7 +242,55 @@ def _build(root: str, args: list[int], ltz: bool, nullable: bool, text: str) -> 
         kind = "TIME" if root == "TIME" else (
             "TIMESTAMP_LTZ" if ltz or root != "TIMESTAMP" else "TIMESTAMP")
         return DataType(kind, nullable, precision=precision)
+    if root == "ROW":
+        raise UnsupportedTypeError(f"type {text!r}: ROW (nested row) types are not supported by Strata")
     raise UnsupportedTypeError(f"unsupported type {text!r}")
+
+
+def _parse_object(obj: dict[str, Any]) -> DataType:
+    """``{"type": "ARRAY [NOT NULL]", "element": ...}``, ``{"type": "MAP", "key": ..., "value": ...}``."""
+    kind = str(obj.get("type", "")).strip().upper()
+    nullable = "NOT NULL" not in kind
+    root = kind.split(" ")[0]
+    try:
+        if root in ("ARRAY", "MULTISET"):
+            return DataType(root, nullable, element=DataType.parse(obj["element"]))
+        if root == "MAP":
+            return DataType.map(DataType.parse(obj["key"]), DataType.parse(obj["value"]), nullable)
+    except KeyError as missing:
+        raise UnsupportedTypeError(f"cannot parse type {obj!r}: {root} needs {missing}") from None
+    if root == "ROW":
+        raise UnsupportedTypeError(f"type {obj!r}: ROW (nested row) types are not supported by Strata")
+    raise UnsupportedTypeError(f"cannot parse type {obj!r}")
+
+
+def _parse_nested_string(text: str, body: str, nullable: bool) -> DataType:
+    """``ARRAY<T>``, ``MULTISET<T>``, ``MAP<K, V>`` in SQL form (body: upper case, without NOT NULL)."""
+    head, _, inner = body.partition("<")
+    root = head.strip()
+    args = _split_top_level(inner[:-1])
+    if root == "ROW":
+        raise UnsupportedTypeError(f"type {text!r}: ROW (nested row) types are not supported by Strata")
+    if root in ("ARRAY", "MULTISET") and len(args) == 1:
+        return DataType(root, nullable, element=DataType.parse(args[0]))
+    if root == "MAP" and len(args) == 2:
+        return DataType.map(DataType.parse(args[0]), DataType.parse(args[1]), nullable)
+    raise UnsupportedTypeError(f"cannot parse type {text!r}")
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split at the commas outside ``<>`` and ``()`` (``DECIMAL(10, 2), INT`` -> 2 parts)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
 
 
 @dataclass(frozen=True)
@@ -191,7 +312,7 @@ class DataField:
     def from_json(obj: dict[str, object]) -> DataField:
         desc = obj.get("description")
         return DataField(int(obj["id"]), str(obj["name"]),  # type: ignore[call-overload]
-                         DataType.parse(obj["type"]),  # type: ignore[arg-type]
+                         DataType.parse(obj["type"]),
                          str(desc) if desc is not None else None)
 
     def to_arrow(self) -> pa.Field:

@@ -33,11 +33,13 @@ from pyspark.sql.datasource import (
 from strata.scan.predicate import And, Leaf, Predicate
 from strata.scan.predicate import Not as StrataNot
 from strata.schema.table_schema import TableSchema
+from strata.schema.types import NESTED_ROOTS
 
 _COMPARISONS: dict[type, str] = {
     EqualTo: "eq", GreaterThan: "gt", GreaterThanOrEqual: "ge", LessThan: "lt", LessThanOrEqual: "le",
 }
-_UNSUPPORTED_ROOTS = {"FLOAT", "DOUBLE"}
+# collections have no comparisons in Strata: Spark evaluates filters on them itself
+_UNSUPPORTED_ROOTS = {"FLOAT", "DOUBLE", *NESTED_ROOTS}
 
 
 class _Unconvertible(Exception):

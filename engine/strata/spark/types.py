@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     ByteType,
@@ -23,6 +24,7 @@ from pyspark.sql.types import (
     FloatType,
     IntegerType,
     LongType,
+    MapType,
     ShortType,
     StringType,
     StructField,
@@ -51,7 +53,15 @@ _SIMPLE: dict[str, SparkType] = {
 
 def to_spark_type(data_type: DataType) -> SparkType:
     """TIMESTAMP -> TimestampNTZType, TIMESTAMP_LTZ -> TimestampType (both microseconds in Spark),
-    DECIMAL(p, s) -> DecimalType(p, s), CHAR/VARCHAR -> StringType, BINARY/VARBINARY -> BinaryType."""
+    DECIMAL(p, s) -> DecimalType(p, s), CHAR/VARCHAR -> StringType, BINARY/VARBINARY -> BinaryType,
+    ARRAY -> ArrayType, MAP -> MapType, MULTISET<T> -> MapType(T, INT) (its Arrow form)."""
+    if data_type.element is not None and data_type.root == "ARRAY":
+        return ArrayType(to_spark_type(data_type.element), containsNull=data_type.element.nullable)
+    if data_type.key is not None and data_type.value is not None:
+        return MapType(to_spark_type(data_type.key), to_spark_type(data_type.value),
+                       valueContainsNull=data_type.value.nullable)
+    if data_type.element is not None and data_type.root == "MULTISET":
+        return MapType(to_spark_type(data_type.element), IntegerType(), valueContainsNull=False)
     if data_type.root == "DECIMAL":
         assert data_type.precision is not None and data_type.scale is not None
         return DecimalType(data_type.precision, data_type.scale)
@@ -60,7 +70,7 @@ def to_spark_type(data_type: DataType) -> SparkType:
     try:
         return _SIMPLE[data_type.root]
     except KeyError:
-        raise TypeError(f"type {data_type.to_json()} has no Spark equivalent") from None
+        raise TypeError(f"type {data_type} has no Spark equivalent") from None
 
 
 def spark_schema(schema: TableSchema, with_row_kind: bool = False) -> StructType:

@@ -152,7 +152,7 @@ def test_listagg_distinct():
     assert merged_v(mf, [1, 1, 2], ["a,a,", "a,b,b", "x"]) == {1: "a,a,,b", 2: "x"}
 
 
-# -- collect / merge_map (Arrow list and map columns; Strata's schema layer has no nested types) --------
+# -- collect / merge_map (Arrow list and map columns; table-level cases in test_nested_aggregates.py) -----
 
 LIST = pa.list_(pa.string())
 MAP = pa.map_(pa.string(), pa.int64())
