@@ -7,6 +7,7 @@ prints its answer (JSON by convention) to stdout.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -21,13 +22,18 @@ STAMP = VENV / f".pypaimon-{PYPAIMON_VERSION}"
 
 
 def ensure_venv() -> Path:
-    """Create the pypaimon venv once (pip's own cache makes a re-creation fast)."""
+    """Create the pypaimon venv once (pip's own cache makes a re-creation fast). Parallel test
+    workers queue on a lock file: two creating it at once would clear each other's venv."""
     if STAMP.exists():
         return PYTHON
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-    subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", f"pypaimon=={PYPAIMON_VERSION}"],
-                   check=True)
-    STAMP.touch()
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(VENV.parent / f"{VENV.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not STAMP.exists():  # not made by the worker that held the lock before
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+            subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", f"pypaimon=={PYPAIMON_VERSION}"],
+                           check=True)
+            STAMP.touch()
     return PYTHON
 
 
