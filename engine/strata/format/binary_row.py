@@ -202,8 +202,8 @@ def _value_type(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
-def _is_nested(t: pa.DataType) -> bool:
-    """ARRAY / MAP / MULTISET: Strata only writes them as null (stats of nested columns)."""
+def is_collection(t: pa.DataType) -> bool:
+    """ARRAY / MAP / MULTISET: no min/max, and BinaryRow holds them only as null (their stats)."""
     return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t)
 
 
@@ -221,7 +221,7 @@ def row_bytes(values: Sequence[object], types: Sequence[pa.DataType]) -> bytes:
     for pos, (value, t) in enumerate(zip(values, types, strict=True)):
         t = _value_type(t)
         slot = null_bits_width(arity) + 8 * pos
-        if _is_nested(t):
+        if is_collection(t):
             # Java's setNullAt: the null bit and a zero slot, nothing in the variable part
             if value is not None:
                 raise _nested_value_error(t)
@@ -293,7 +293,7 @@ def deserialize(data: bytes, types: Sequence[pa.DataType]) -> list[object]:
             values.append(None)
             continue
         t = _value_type(t)
-        if _is_nested(t):
+        if is_collection(t):
             raise _nested_value_error(t)
         values.append(_read_value(row, null_bits_width(arity) + 8 * pos, kind_of(t), t))
     return values

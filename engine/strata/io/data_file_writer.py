@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from strata.format import binary_row
 from strata.fs import FileIO
-from strata.io.stats import _truncate_max, _truncate_min, has_min_max
+from strata.io.stats import _truncate_max, _truncate_min
 from strata.manifest.data_file_meta import DataFileMeta, FileSource
 from strata.manifest.simple_stats import SimpleStats
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
@@ -55,7 +55,7 @@ class _ColumnStats:
 
     def add(self, column: pa.ChunkedArray | pa.Array, with_min_max: bool) -> None:
         self.nulls += column.null_count
-        if not with_min_max or column.null_count == len(column) or not has_min_max(column.type):
+        if not with_min_max or column.null_count == len(column) or binary_row.is_collection(column.type):
             return
         mm = pc.min_max(column)
         lo, hi = mm["min"].as_py(), mm["max"].as_py()

@@ -34,11 +34,6 @@ def _truncate_max(value: Any, limit: int | None) -> Any:
     return None
 
 
-def has_min_max(t: pa.DataType) -> bool:
-    """ARRAY / MAP / MULTISET columns have no min / max (Paimon writes null for them too)."""
-    return not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t))
-
-
 def column_stats(columns: Sequence[pa.ChunkedArray | pa.Array], truncate: int | None) -> SimpleStats:
     """Stats of the given columns. `truncate`: None = full, 0 = null counts only, N = truncate(N)."""
     types = [c.type for c in columns]
@@ -47,7 +42,7 @@ def column_stats(columns: Sequence[pa.ChunkedArray | pa.Array], truncate: int | 
     nulls: list[int | None] = []
     for column in columns:
         nulls.append(int(column.null_count))
-        if truncate == 0 or len(column) == column.null_count or not has_min_max(column.type):
+        if truncate == 0 or len(column) == column.null_count or binary_row.is_collection(column.type):
             mins.append(None)
             maxs.append(None)
             continue

@@ -243,8 +243,12 @@ def _build(root: str, args: list[int], ltz: bool, nullable: bool, text: str) -> 
             "TIMESTAMP_LTZ" if ltz or root != "TIMESTAMP" else "TIMESTAMP")
         return DataType(kind, nullable, precision=precision)
     if root == "ROW":
-        raise UnsupportedTypeError(f"type {text!r}: ROW (nested row) types are not supported by Strata")
+        raise _row_refused(text)
     raise UnsupportedTypeError(f"unsupported type {text!r}")
+
+
+def _row_refused(text: Any) -> UnsupportedTypeError:
+    return UnsupportedTypeError(f"type {text!r}: ROW (nested row) types are not supported by Strata")
 
 
 def _parse_object(obj: dict[str, Any]) -> DataType:
@@ -260,7 +264,7 @@ def _parse_object(obj: dict[str, Any]) -> DataType:
     except KeyError as missing:
         raise UnsupportedTypeError(f"cannot parse type {obj!r}: {root} needs {missing}") from None
     if root == "ROW":
-        raise UnsupportedTypeError(f"type {obj!r}: ROW (nested row) types are not supported by Strata")
+        raise _row_refused(obj)
     raise UnsupportedTypeError(f"cannot parse type {obj!r}")
 
 
@@ -270,7 +274,7 @@ def _parse_nested_string(text: str, body: str, nullable: bool) -> DataType:
     root = head.strip()
     args = _split_top_level(inner[:-1])
     if root == "ROW":
-        raise UnsupportedTypeError(f"type {text!r}: ROW (nested row) types are not supported by Strata")
+        raise _row_refused(text)
     if root in ("ARRAY", "MULTISET") and len(args) == 1:
         return DataType(root, nullable, element=DataType.parse(args[0]))
     if root == "MAP" and len(args) == 2:
