@@ -159,6 +159,13 @@ class KeyValueBucketWriter(BucketWriter):
         if manager is not None and manager.force_level0_up:
             self.flush()
             self._push_level0_up()
+        elif manager is not None and wait_compaction:
+            # Paimon's flushWriteBuffer(waitForLatestCompaction): collect the running compaction,
+            # then pick again on the bucket as it now is (its newest run included), and wait for
+            # that pick below. Otherwise the flush's run waits for the next commit's compaction.
+            self.flush()
+            self._collect_compaction(blocking=True)
+            manager.trigger()
         return super().prepare_commit(wait_compaction)
 
     def _push_level0_up(self) -> None:

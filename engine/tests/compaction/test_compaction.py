@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from concurrent.futures import Executor, Future
 
 import numpy as np
 import pyarrow as pa
@@ -79,6 +80,48 @@ def test_full_compaction_every_commit_is_copy_on_write(catalog) -> None:
     table = make_table(catalog, **{"full-compaction.delta-commits": "1"})
     churn(table, 5)
     assert set(levels_of(table)) == {table.core.num_levels - 1}
+
+
+class _LateFuture(Future):
+    """A compaction that has not finished whenever the writer merely looks (done() is False, as
+    on a busy machine), and runs when its result is waited for."""
+
+    def __init__(self, call) -> None:
+        super().__init__()
+        self._call = call
+
+    def result(self, timeout=None):
+        if self._call is not None:
+            call, self._call = self._call, None
+            try:
+                self.set_result(call())
+            except BaseException as exc:  # handed to the waiter, as an executor would
+                self.set_exception(exc)
+        return super().result(timeout)
+
+
+class _LateExecutor(Executor):
+    def submit(self, fn, /, *args, **kwargs):
+        return _LateFuture(lambda: fn(*args, **kwargs))
+
+
+def test_waiting_commit_compacts_its_own_flush_as_paimon_does(catalog) -> None:
+    """prepare_commit(wait_compaction=True) is Paimon's end of input: it collects the running
+    compaction, picks again with the flush's new run in view, and waits for that pick too."""
+    table = make_table(catalog, **{"num-sorted-run.compaction-trigger": "2"})
+    model: dict[int, int] = {}
+    commit = table.new_commit("late")
+    with table.new_write() as writer:
+        writer._executor = _LateExecutor()
+        for i in range(5):
+            rows = pa.table({"id": np.arange(i * 100, i * 100 + 150), "v": np.full(150, i)}, schema=SCHEMA)
+            writer.write_arrow(rows)
+            model.update(zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True))
+            # commit 2 starts a compaction of three runs; it is still running at commits 3 and 4
+            commit.commit(writer.prepare_commit(wait_compaction=i == 4), identifier=i)
+    # without the second pick, the runs of commits 3 and 4 would sit beside the compacted one
+    assert sorted_runs(table) <= 2
+    assert as_dict(table.to_arrow()) == model
 
 
 def test_concurrent_compactions_of_one_bucket_conflict(catalog) -> None:
