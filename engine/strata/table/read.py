@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
 
 ROW_KIND_COLUMN = "_ROW_KIND"
 _KIND_NAMES = pa.array(["+I", "-U", "+U", "-D"])
+
+# decodes one data file of a split: (file, columns, row-group pruning predicate) -> its batches
+Decode = Callable[[DataFileMeta, list[str], "Predicate | None"], Iterator[pa.Table]]
 
 
 class TableRead:
@@ -61,31 +65,45 @@ class TableRead:
                     yield from table.to_batches()
             return
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-read") as pool:
-            ahead = pool.submit(self._read_all, splits[0])
+            ahead = pool.submit(_listed, self.read_split, splits[0])
             for nxt in [*splits[1:], None]:
                 tables = ahead.result()
                 if nxt is not None:
-                    ahead = pool.submit(self._read_all, nxt)
+                    ahead = pool.submit(_listed, self.read_split, nxt)
                 for table in tables:
                     yield from table.to_batches()
 
-    def _read_all(self, split: DataSplit, decode_threads: bool = True) -> list[pa.Table]:
-        return list(self.read_split(split, decode_threads))
-
     def to_arrow(self, splits: Sequence[DataSplit]) -> pa.Table:
-        # pyarrow releases the GIL while decoding, sorting and gathering: splits are read in
-        # parallel, one per core, each decoding on its own thread (pyarrow's column threads on
-        # top would only contend: measured 20% slower on 2 cores)
-        workers = min(len(splits), os.cpu_count() or 1)
+        workers = min(sum(len(s.files) for s in splits), os.cpu_count() or 1)
         if workers > 1:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="strata-read") as pool:
-                parts = pool.map(lambda split: self._read_all(split, decode_threads=False), splits)
-                tables = [t for part in parts for t in part]
+            tables = self._read_in_parallel(splits, workers)
         else:
             tables = [t for s in splits for t in self.read_split(s)]
-        with_kinds = any(s.row_kinds for s in splits)
+        with_kinds = any(self._labels_kinds(s) for s in splits)
         schema = self._schema(with_kinds)
         return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    def _read_in_parallel(self, splits: Sequence[DataSplit], workers: int) -> list[pa.Table]:
+        """Every file decodes as a task of its own, largest first, then each split merges from
+        its decoded files: uneven splits (one bucket with more sorted runs than the others) still
+        keep every core busy. pyarrow releases the GIL while decoding, filtering and gathering;
+        each task decodes on one thread (pyarrow's column threads on top only contend)."""
+        reads = sorted(((i, f, wanted, prune) for i, split in enumerate(splits)
+                        for f, wanted, prune in self._file_reads(split)), key=lambda r: -r[1].file_size)
+        io = self._prefetching_io([(self._path(splits[i], f), f.file_size) for i, f, _, prune in reads
+                                   if prune is None])
+        try:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="strata-read") as pool:
+                decoded: list[dict[str, Future[list[pa.Table]]]] = [{} for _ in splits]
+                for i, f, wanted, prune in reads:
+                    decoded[i][f.file_name] = pool.submit(_listed, self._read, splits[i], f, wanted, prune, io, False)
+                # queued behind every decode: a merge only ever waits for decodes already running
+                merged = [pool.submit(_listed, self._read_split, split, _from_futures(decoded[i]))
+                          for i, split in enumerate(splits)]
+                return [t for part in merged for t in part.result()]
+        finally:
+            if isinstance(io, PrefetchedFileIO):
+                io.close()
 
     def to_pandas(self, splits: Sequence[DataSplit]):
         return self.to_arrow(splits).to_pandas()
@@ -101,37 +119,49 @@ class TableRead:
     # -- splits ----------------------------------------------------------------------------------
     def read_split(self, split: DataSplit, decode_threads: bool = True) -> Iterator[pa.Table]:
         """The split's rows, merged; `decode_threads=False` when the caller reads splits in parallel."""
-        io = self._split_io(split)
+        prune = self.key_filter if self.key_names else self.filter
+        io = self.table.file_io if prune is not None else self._prefetching_io(
+            [(self._path(split, f), f.file_size) for f, _, _ in self._file_reads(split)])
         try:
-            batches = self._merged(split, io, decode_threads) if self.schema.primary_keys \
-                else self._appended(split, io, decode_threads)
-            for batch in batches:
-                out = self._finish(batch, split.row_kinds)
-                if out.num_rows:
-                    yield out
+            yield from self._read_split(split, lambda f, wanted, prune: self._read(split, f, wanted, prune, io,
+                                                                                   decode_threads))
         finally:
             if isinstance(io, PrefetchedFileIO):
                 io.close()
 
-    def _split_io(self, split: DataSplit) -> FileIO:
-        """On an object store, an unfiltered read fetches the split's files whole and concurrently
-        (in reading order); a filtered one keeps ranged reads, which skip pruned row groups."""
-        prune = self.key_filter if self.key_names else self.filter
-        if prune is not None or not self.table.file_io.is_object_store:
-            return self.table.file_io
-        runs = _sorted_runs(split.files, self.key_order) if self.key_order is not None else [split.files]
-        return prefetching(self.table.file_io, [(self._path(split, f), f.file_size) for run in runs for f in run])
+    def _read_split(self, split: DataSplit, decode: Decode) -> Iterator[pa.Table]:
+        batches = self._merged(split, decode) if self.schema.primary_keys else self._appended(split, decode)
+        with_kinds = self._labels_kinds(split)
+        for batch in batches:
+            out = self._finish(batch, with_kinds)
+            if out.num_rows:
+                yield out
 
-    def _appended(self, split: DataSplit, io: FileIO | None = None, decode_threads: bool = True) -> Iterator[pa.Table]:
-        io = io or self.table.file_io
+    def _labels_kinds(self, split: DataSplit) -> bool:
+        """Whether the rows come out labelled with their row kind, retractions kept."""
+        return split.row_kinds
+
+    def _prefetching_io(self, files: list[tuple[str, int]]) -> FileIO:
+        """On an object store, an unfiltered read fetches its files whole and concurrently (in
+        reading order); a filtered one keeps ranged reads, which skip pruned row groups."""
+        return prefetching(self.table.file_io, files) if files else self.table.file_io
+
+    def _file_reads(self, split: DataSplit) -> list[tuple[DataFileMeta, list[str], Predicate | None]]:
+        """What reading the split decodes, in reading order: each file, its columns and the
+        predicate that prunes its row groups."""
+        if not self.schema.primary_keys:
+            return [(f, self.value_columns, self.filter) for f in split.files]
+        plan = self._merge_plan(split)
+        return [(f, plan.wanted, self.key_filter) for run in plan.file_runs for f in run]
+
+    def _appended(self, split: DataSplit, decode: Decode) -> Iterator[pa.Table]:
         for f in split.files:
-            yield from self._read(split, f, self.value_columns, self.filter, io, decode_threads)
+            yield from decode(f, self.value_columns, self.filter)
 
-    def _merged(self, split: DataSplit, io: FileIO | None = None, decode_threads: bool = True) -> Iterator[pa.Table]:
-        io = io or self.table.file_io
+    def _merge_plan(self, split: DataSplit) -> _MergePlan:
+        assert self.key_order is not None and self.merge_function is not None
         # a value column that is also a key column is not decoded twice: it is its _KEY_ column
         key_values = [n for n in self.value_columns if KEY_PREFIX + n in self.key_names]
-        assert self.key_order is not None and self.merge_function is not None
         file_runs = _sorted_runs(split.files, self.key_order)
         # a delta is read as written, one sorted run holds each key once, and the anti-join
         # can take the runs' order from the files' sequence ranges: then no sequence column
@@ -144,16 +174,21 @@ class TableRead:
         # the anti-join never looks at values: key columns are aliased after it, not filtered twice
         # (unless the key filter, which names them, runs before)
         alias_late = ranges is not None and self.key_filter is None
-        alias_early = [] if alias_late else key_values
-        runs = [self._run(split, files, wanted, io, alias_early, decode_threads) for files in file_runs]
-        if not merging:
+        return _MergePlan(file_runs, merging, ranges, wanted, key_values, alias_late)
+
+    def _merged(self, split: DataSplit, decode: Decode) -> Iterator[pa.Table]:
+        assert self.merge_function is not None
+        plan = self._merge_plan(split)
+        alias_early = [] if plan.alias_late else plan.key_values
+        runs = [self._run(files, plan.wanted, decode, alias_early) for files in plan.file_runs]
+        if not plan.merging:
             for run in runs:
                 yield from run
             return
         # a read need not come out in key order: deduplicate/first-row tables then take the cheaper
         # per-run anti-join (strata.mergetree.anti_join) where it applies
-        for batch in merge_runs(runs, self.key_names, self.merge_function, ordered=False, ranges=ranges):
-            yield _with_aliases(batch, key_values) if alias_late else batch
+        for batch in merge_runs(runs, self.key_names, self.merge_function, ordered=False, ranges=plan.ranges):
+            yield _with_aliases(batch, plan.key_values) if plan.alias_late else batch
 
     def _sequence_ranges(self, file_runs: list[list[DataFileMeta]]) -> list[tuple[int, int]] | None:
         """Each run's (min, max) sequence number from its files, when they are all an anti-join
@@ -171,14 +206,14 @@ class TableRead:
                   for run in file_runs]
         return ranges if precedence_from_ranges(ranges, newest_first=not first_row) is not None else None
 
-    def _run(self, split: DataSplit, files: list[DataFileMeta], wanted: list[str], io: FileIO,
-             key_values: Sequence[str], decode_threads: bool) -> Iterator[pa.Table]:
+    def _run(self, files: list[DataFileMeta], wanted: list[str], decode: Decode,
+             key_values: Sequence[str]) -> Iterator[pa.Table]:
         # The key-only part of the filter can drop rows before merging: every record of a key
         # carries the same key, so it keeps or drops all of them, and merging the survivors gives
         # the same rows as merging everything and filtering after (which _finish still does).
         expression = self.key_filter.to_arrow() if self.key_filter is not None else None
         for f in files:
-            for batch in self._read(split, f, wanted, self.key_filter, io, decode_threads):
+            for batch in decode(f, wanted, self.key_filter):
                 batch = _with_aliases(batch, key_values)
                 yield batch if expression is None else batch.filter(expression)
 
@@ -212,6 +247,29 @@ class TableRead:
             kinds = batch.column(ROW_KIND_COLUMN) if self.key_names else pa.repeat("+I", out.num_rows)
             out = out.add_column(0, pa.field(ROW_KIND_COLUMN, pa.string(), nullable=False), kinds)
         return out
+
+
+@dataclass
+class _MergePlan:
+    """How a primary-key split is read: its sorted runs, the columns decoded, how they merge."""
+
+    file_runs: list[list[DataFileMeta]]
+    merging: bool
+    ranges: list[tuple[int, int]] | None  # each run's sequence range, when the anti-join orders by it
+    wanted: list[str]
+    key_values: list[str]  # value columns read through their _KEY_ column
+    alias_late: bool  # key value columns aliased after the merge
+
+
+def _listed(read: Callable[..., Iterator[pa.Table]], *args: object) -> list[pa.Table]:
+    return list(read(*args))
+
+
+def _from_futures(decoded: dict[str, Future[list[pa.Table]]]) -> Decode:
+    """A Decode serving each file from its decode task, once (then the tables are the merge's)."""
+    def decode(f: DataFileMeta, wanted: list[str], prune: Predicate | None) -> Iterator[pa.Table]:
+        return iter(decoded.pop(f.file_name).result())
+    return decode
 
 
 def _with_aliases(batch: pa.Table, key_values: Sequence[str]) -> pa.Table:

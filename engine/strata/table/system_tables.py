@@ -502,14 +502,8 @@ class _AuditLogRead(TableRead):
     """Reads like a normal batch read (merging primary-key buckets) but keeps every merged record
     with its row kind, deletes included (Paimon's ``forceKeepDelete``)."""
 
-    def read_split(self, split: DataSplit, decode_threads: bool = True) -> Iterator[pa.Table]:
-        io = self.table.file_io
-        batches = self._merged(split, io, decode_threads) if self.schema.primary_keys \
-            else self._appended(split, io, decode_threads)
-        for batch in batches:
-            out = self._finish(batch, True)
-            if out.num_rows:
-                yield out
+    def _labels_kinds(self, split: DataSplit) -> bool:
+        return True
 
 
 def _audit_log(table: Table, filter: Predicate | None, snapshot_id: int | None,

@@ -500,6 +500,31 @@ def test_to_batches_equals_to_arrow(catalog, primary_key):
         r["id"] for r in whole.to_pylist() if r["id"] < 50)
 
 
+@pytest.mark.parametrize("cores", [2, 4])
+def test_parallel_read_of_uneven_buckets_equals_the_model(catalog, monkeypatch, cores):
+    """to_arrow decodes files as separate tasks, largest first, and merges each bucket from them:
+    a bucket of many runs (deletes included) beside single-file buckets reads as the model."""
+    monkeypatch.setattr("strata.table.read.os.cpu_count", lambda: cores)
+    table = pk_table(catalog, partitioned=True, options={"write-only": "true"})
+    model: dict[tuple[int, str], str] = {}
+    table.write(kv_rows(range(0, 400), "b", tag="base"))
+    for round_ in range(5):  # partition a: five level-0 runs with updates and deletes
+        ids = range(round_ * 50, round_ * 50 + 200)
+        table.write(kv_rows(ids, "a", tag=f"r{round_}"))
+        model.update({(i, "a"): f"r{round_}{i}" for i in ids})
+        doomed = list(range(round_ * 50, round_ * 50 + 10))
+        table.delete(kv_rows(doomed, "a"))
+        for i in doomed:
+            model.pop((i, "a"), None)
+    model.update({(i, "b"): f"base{i}" for i in range(400)})
+    assert [len(s.files) for s in sorted(table.scan(), key=lambda s: s.bucket_path)] == [10, 1]
+    whole = table.to_arrow()
+    assert {(r["id"], r["dt"]): r["v"] for r in whole.to_pylist()} == model
+    assert rows(whole) == rows(pa.Table.from_batches(list(table.to_batches()), whole.schema))
+    filtered = table.to_arrow(columns=["v"], filter=col("id") >= 150)
+    assert sorted(filtered.column("v").to_pylist()) == sorted(v for (i, _), v in model.items() if i >= 150)
+
+
 def test_empty_table_reads(catalog):
     table = pk_table(catalog, partitioned=True, buckets=2)
     assert table.to_arrow().num_rows == 0
