@@ -213,10 +213,13 @@ def _parquet_files(directory: str) -> list[str]:
 def _median_time(fn: Callable[[], pa.Table], runs: int) -> tuple[dict[str, Any], pa.Table]:
     """Median wall and CPU time of `runs` calls after one untimed call: in a fresh process the
     first read of a large table pays for the allocator's growth (page faults), two to three
-    times the steady cost for either part."""
-    fn()
-    walls, cpus, result = [], [], None
+    times the steady cost for either part. Each run reads into the memory the last one freed."""
+    result: pa.Table | None = fn()
+    walls, cpus = [], []
     for _ in range(runs):
+        # the previous result goes first: holding it would make every run grow the heap by one
+        # more result, which on this kind of machine costs as much as the read itself
+        result = None
         with Timer() as timer:
             result = fn()
         walls.append(timer.wall)
