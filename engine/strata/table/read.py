@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -87,11 +87,12 @@ class TableRead:
         """Every file decodes as a task of its own, largest first, then each split merges from
         its decoded files: uneven splits (one bucket with more sorted runs than the others) still
         keep every core busy. pyarrow releases the GIL while decoding, filtering and gathering;
-        each task decodes on one thread (pyarrow's column threads on top only contend)."""
+        each task decodes on one thread (pyarrow's column threads on top only contend). Decoded
+        files wait for their merge: memory is the result to_arrow returns anyway, plus the
+        records the merge drops."""
         reads = sorted(((i, f, wanted, prune) for i, split in enumerate(splits)
                         for f, wanted, prune in self._file_reads(split)), key=lambda r: -r[1].file_size)
-        io = self._prefetching_io([(self._path(splits[i], f), f.file_size) for i, f, _, prune in reads
-                                   if prune is None])
+        io = self._prefetching_io((splits[i], f, prune) for i, f, _, prune in reads)
         try:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="strata-read") as pool:
                 decoded: list[dict[str, Future[list[pa.Table]]]] = [{} for _ in splits]
@@ -119,9 +120,7 @@ class TableRead:
     # -- splits ----------------------------------------------------------------------------------
     def read_split(self, split: DataSplit, decode_threads: bool = True) -> Iterator[pa.Table]:
         """The split's rows, merged; `decode_threads=False` when the caller reads splits in parallel."""
-        prune = self.key_filter if self.key_names else self.filter
-        io = self.table.file_io if prune is not None else self._prefetching_io(
-            [(self._path(split, f), f.file_size) for f, _, _ in self._file_reads(split)])
+        io = self._prefetching_io((split, f, prune) for f, _, prune in self._file_reads(split))
         try:
             yield from self._read_split(split, lambda f, wanted, prune: self._read(split, f, wanted, prune, io,
                                                                                    decode_threads))
@@ -141,10 +140,13 @@ class TableRead:
         """Whether the rows come out labelled with their row kind, retractions kept."""
         return split.row_kinds
 
-    def _prefetching_io(self, files: list[tuple[str, int]]) -> FileIO:
-        """On an object store, an unfiltered read fetches its files whole and concurrently (in
-        reading order); a filtered one keeps ranged reads, which skip pruned row groups."""
-        return prefetching(self.table.file_io, files) if files else self.table.file_io
+    def _prefetching_io(self, reads: Iterable[tuple[DataSplit, DataFileMeta, Predicate | None]]) -> FileIO:
+        """On an object store, the files read unfiltered are fetched whole and concurrently (in
+        reading order); filtered ones keep ranged reads, which skip pruned row groups."""
+        if not self.table.file_io.is_object_store:
+            return self.table.file_io
+        return prefetching(self.table.file_io, [(self._path(split, f), f.file_size) for split, f, prune in reads
+                                                if prune is None])
 
     def _file_reads(self, split: DataSplit) -> list[tuple[DataFileMeta, list[str], Predicate | None]]:
         """What reading the split decodes, in reading order: each file, its columns and the
