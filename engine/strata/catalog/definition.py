@@ -78,6 +78,17 @@ def _check_nested_keys(schema: TableSchema, core: opts.CoreOptions, where: str) 
                                           f"{dtype.root} columns cannot be used as a {role}")
 
 
+def _check_deletion_vectors(schema: TableSchema, core: opts.CoreOptions, where: str) -> None:
+    """Paimon's SchemaValidation.validateForDeletionVectors."""
+    producer = core.get("changelog-producer")
+    if producer not in ("none", "input", "lookup"):
+        raise OptionError(f"table {where}: deletion-vectors.enabled=true works with changelog-producer none, "
+                          f"input or lookup, not {producer!r}")
+    if schema.primary_keys and core.merge_engine == "first-row":
+        raise OptionError(f"table {where}: the first-row merge engine never deletes old rows, so it does not "
+                          "take deletion-vectors.enabled=true")
+
+
 def _check_supported(schema: TableSchema, core: opts.CoreOptions, where: str) -> None:
     """Refuse features Strata would silently get wrong (rather than write an unreadable table)."""
     from strata.mergetree.merge_function import merge_function_for
@@ -88,7 +99,7 @@ def _check_supported(schema: TableSchema, core: opts.CoreOptions, where: str) ->
         except NotImplementedError as exc:
             raise OptionError(f"table {where}: {exc}") from None
     if core.get("deletion-vectors.enabled"):
-        raise OptionError(f"table {where}: deletion-vectors.enabled=true is not supported yet")
+        _check_deletion_vectors(schema, core, where)
     if not core.get("partition.legacy-name"):
         raise OptionError(f"table {where}: partition.legacy-name=false is not supported yet")
     rowkind = core.get_str("rowkind.field")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -13,6 +14,7 @@ from strata.scan.predicate import ColumnStats, Predicate
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 
 BATCH_ROWS = 256 * 1024
+ROW_POSITION = "_ROW_POSITION"  # a row's position in its data file (deletion vectors address rows by it)
 SYSTEM_COLUMNS = (SEQUENCE_NUMBER, VALUE_KIND)
 
 
@@ -74,13 +76,20 @@ class ColumnMapping:
 
 def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None = None,
               stat_names: dict[str, str] | None = None, batch_rows: int = BATCH_ROWS,
-              use_threads: bool = True) -> Iterator[pa.Table]:
+              use_threads: bool = True, deleted: np.ndarray | None = None,
+              positions: bool = False) -> Iterator[pa.Table]:
     """Yield the file's rows in order, in batches, skipping row groups `prune` rules out.
 
     `stat_names` maps predicate field names to file column names for row-group statistics.
     `use_threads=False` decodes the columns on the calling thread only: for callers that already
-    read files in parallel, where nested parallel decoding just burns CPU on contention."""
+    read files in parallel, where nested parallel decoding just burns CPU on contention.
+    `deleted`: sorted row positions a deletion vector marks, left out (row groups they cover
+    entirely are not decoded); `positions` appends each row's position as ROW_POSITION."""
     try:
+        if deleted is not None or positions:
+            yield from _read_positioned(file_io, path, mapping, prune, stat_names, batch_rows, use_threads,
+                                        deleted, positions)
+            return
         yield from _read_file(file_io, path, mapping, prune, stat_names, batch_rows, use_threads)
     except FileNotFoundError:
         raise
@@ -106,6 +115,38 @@ def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predic
             for name, value in constants.items():
                 table = table.append_column(name, pa.repeat(value, table.num_rows))
             yield mapping.apply(table)
+
+
+def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
+                     stat_names: dict[str, str] | None, batch_rows: int, use_threads: bool,
+                     deleted: np.ndarray | None, positions: bool) -> Iterator[pa.Table]:
+    """`_read_file` row group by row group, so that each row's position in the file is known."""
+    with file_io.open_input_file(path) as source:
+        parquet = pq.ParquetFile(source)
+        meta = parquet.metadata
+        starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
+        columns = mapping.file_columns(set(parquet.schema_arrow.names))
+        groups = _row_groups(parquet, prune, mapping.stat_columns(stat_names or {}))
+        for g in range(meta.num_row_groups) if groups is None else groups:
+            offset, end = int(starts[g]), int(starts[g + 1])
+            dead = deleted[np.searchsorted(deleted, offset):np.searchsorted(deleted, end)] \
+                if deleted is not None else None
+            if dead is not None and len(dead) == end - offset:
+                continue  # every row of the group is deleted
+            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[g], columns=columns,
+                                              use_threads=use_threads):
+                table = mapping.apply(pa.Table.from_batches([batch]))
+                n = table.num_rows
+                if positions:
+                    table = table.append_column(ROW_POSITION, pa.array(np.arange(offset, offset + n, dtype=np.int64)))
+                if dead is not None and len(dead):
+                    inside = dead[(dead >= offset) & (dead < offset + n)] - offset
+                    if len(inside):
+                        keep = np.ones(n, dtype=bool)
+                        keep[inside] = False
+                        table = table.filter(pa.array(keep))
+                offset += n
+                yield table
 
 
 def _constant_columns(parquet: pq.ParquetFile, columns: Sequence[str],

@@ -10,11 +10,13 @@ import numpy as np
 import pyarrow as pa
 
 from strata import metrics
+from strata.deletionvectors import BucketDeletionVectors
 from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.compact.manager import CompactManager
 from strata.mergetree.compact.task import ChangelogOutput, CompactResult, FileReader, run_compaction
 from strata.mergetree.compact.universal import CompactUnit
+from strata.mergetree.dv_compaction import DeletionVectorCompaction
 from strata.mergetree.lookup import LevelLookup
 from strata.mergetree.merge_function import FirstRowMerge, MergeFunction
 from strata.mergetree.sorting import sort_by_key
@@ -103,6 +105,9 @@ class CompactionContext:
     row_deduplicate: bool = False
     # Paimon readers skip level 0 of first-row tables: their writers compact it at every commit
     compact_level0_at_commit: bool = False
+    # merge-on-write tables: the bucket's deletion vectors (level 0 also moves up at every commit)
+    deletion_vectors: BucketDeletionVectors | None = None
+    read_positioned: FileReader | None = None  # reads a file with each row's position
 
 
 class KeyValueBucketWriter(BucketWriter):
@@ -124,10 +129,21 @@ class KeyValueBucketWriter(BucketWriter):
             # level-0 data must move up before a commit: the lookup changelog is produced then,
             # and first-row readers skip level 0 (Paimon's ForceUpLevel0Compaction)
             manager.force_level0_up = compaction.changelog_producer == "lookup" or compaction.compact_level0_at_commit
+            manager.force_level0_up |= compaction.deletion_vectors is not None
+            if compaction.deletion_vectors is not None:
+                manager.drop_delete_always = True
+                manager.has_deletions = compaction.deletion_vectors.has_deletions
             if manager.force_level0_up:
                 self.lookup = LevelLookup(compaction.read, self.key_names, schema.field_names, merge_function,
                                           manager.levels.key_order, compaction.row_deduplicate,
                                           insert_only=isinstance(merge_function, FirstRowMerge))
+        self.dv_compaction: DeletionVectorCompaction | None = None
+        if compaction.deletion_vectors is not None:
+            assert compaction.read_positioned is not None
+            lookup = self.lookup if compaction.changelog_producer == "lookup" else None
+            self.dv_compaction = DeletionVectorCompaction(
+                compaction.deletion_vectors, compaction.read, compaction.read_positioned, file_writer, self.key_names,
+                merge_function, lookup, compaction.changelog_writer, schema.file_arrow_schema())
 
     def write(self, rows: pa.Table, kinds: np.ndarray | None) -> None:
         if kinds is not None:  # refuse row kinds the merge engine rejects now, not at flush time
@@ -155,6 +171,12 @@ class KeyValueBucketWriter(BucketWriter):
         return self.file_writer.write(merged, level=0)
 
     def prepare_commit(self, wait_compaction: bool = False) -> CommitMessage:
+        message = self._prepare_commit(wait_compaction)
+        if self.compaction.deletion_vectors is not None:
+            message.compact_index_changes = self.compaction.deletion_vectors.prepare_commit()
+        return message
+
+    def _prepare_commit(self, wait_compaction: bool) -> CommitMessage:
         manager = self.compaction.manager
         if manager is not None and manager.force_level0_up:
             self.flush()
@@ -183,6 +205,8 @@ class KeyValueBucketWriter(BucketWriter):
     # -- compaction ------------------------------------------------------------------------------
     def _run_unit(self, unit: CompactUnit, drop_delete: bool) -> CompactResult:
         context = self.compaction
+        if self.dv_compaction is not None:
+            return self.dv_compaction.run(unit)
         if self.lookup is not None and unit.output_level > 0 and any(f.level == 0 for f in unit.files):
             return self._run_lookup_unit(self.lookup, unit, drop_delete)
         changelog = None

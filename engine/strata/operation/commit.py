@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from strata import metrics
 from strata.errors import CommitFailedError
 from strata.fs import FileIO
+from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
-from strata.operation.conflicts import check_conflicts
+from strata.operation.conflicts import apply_index_changes, check_conflicts
 from strata.operation.manifests import ManifestStore
 from strata.options import CoreOptions
 from strata.schema.table_schema import TableSchema
@@ -43,6 +44,7 @@ class _Change:
     entries: list[ManifestEntry]
     overwrite_partitions: list[bytes] | None = None  # None: not an overwrite; []: whole table
     changelog: list[ManifestEntry] = field(default_factory=list)
+    index: list[IndexManifestEntry] = field(default_factory=list)  # deletion-vector files ADDed / DELETEd
 
 
 class FileStoreCommit:
@@ -64,6 +66,7 @@ class FileStoreCommit:
         self.metric_table = metrics.table_label(table_path)  # the `table` label; TableCommit gives db.table
         # computes a snapshot's properties from the snapshot it builds on (e.g. the log store's
         # per-bucket offsets, carried forward); None keeps the given properties
+        self._attempt_index_manifest: str | None = None  # written by the current attempt
         self.properties_hook: Callable[[Snapshot | None, dict[str, str] | None], dict[str, str] | None] | None = None
 
     # -- public API --------------------------------------------------------------------------
@@ -75,13 +78,15 @@ class FileStoreCommit:
         changes = []
         append = [e for m in messages for e in _entries(m, m.new_files, FileKind.ADD)]
         append_log = [e for m in messages for e in _entries(m, m.changelog_files, FileKind.ADD)]
-        if append or append_log:
-            changes.append(_Change(CommitKind.APPEND, append, changelog=append_log))
+        append_index = [e for m in messages for e in m.index_changes]
+        if append or append_log or append_index:
+            changes.append(_Change(CommitKind.APPEND, append, changelog=append_log, index=append_index))
         compact = [e for m in messages for e in (*_entries(m, m.compact_before, FileKind.DELETE),
                                                  *_entries(m, m.compact_after, FileKind.ADD))]
         compact_log = [e for m in messages for e in _entries(m, m.compact_changelog_files, FileKind.ADD)]
-        if compact or compact_log:
-            changes.append(_Change(CommitKind.COMPACT, compact, changelog=compact_log))
+        compact_index = [e for m in messages for e in m.compact_index_changes]
+        if compact or compact_log or compact_index:
+            changes.append(_Change(CommitKind.COMPACT, compact, changelog=compact_log, index=compact_index))
         if not changes and identifier == BATCH_COMMIT_IDENTIFIER:
             return CommitResult()
         if not changes:  # streaming: an empty commit still records progress of this identifier
@@ -217,8 +222,9 @@ class FileStoreCommit:
         added = sum(e.file.row_count for e in entries if e.kind == FileKind.ADD)
         deleted = sum(e.file.row_count for e in entries if e.kind == FileKind.DELETE)
         kind = change.kind
-        if kind == CommitKind.APPEND and deleted:
-            kind = CommitKind.OVERWRITE
+        if kind == CommitKind.APPEND and (deleted or change.index):
+            kind = CommitKind.OVERWRITE  # rows removed (files or deletion vectors): not a plain append
+        index_manifest = self._index_manifest(latest, change)
         total = (latest.total_record_count if latest else 0) + added - deleted
         if self.properties_hook is not None:
             properties = self.properties_hook(latest, properties)
@@ -233,7 +239,25 @@ class FileStoreCommit:
             changelog_record_count=sum(e.file.row_count for e in change.changelog),
             watermark=watermark if watermark is not None else (latest.watermark if latest else None),
             properties=properties or None, uuid=str(uuid.uuid4()),
-            index_manifest=latest.index_manifest if latest else None)
+            index_manifest=index_manifest)
+
+    def _index_manifest(self, latest: Snapshot | None, change: _Change) -> str | None:
+        """The snapshot's index manifest: the previous one, or it with the change's index files
+        applied (an overwrite also drops the deletion vectors of the partitions it replaces)."""
+        previous = latest.index_manifest if latest else None
+        self._attempt_index_manifest = None
+        if not change.index and change.overwrite_partitions is None:
+            return previous
+        live = self.manifests.read_index_manifest(previous)
+        if change.overwrite_partitions is not None:
+            doomed = set(change.overwrite_partitions)  # empty: the whole table
+            live = [e for e in live
+                    if e.index_type != INDEX_TYPE_DELETION_VECTORS or (doomed and e.partition not in doomed)]
+        entries = apply_index_changes(live, change.index, self.table_path)
+        if not entries and previous is None:
+            return None
+        self._attempt_index_manifest = self.manifests.write_index_manifest(entries, self.paths)
+        return self._attempt_index_manifest
 
     def _live_entries(self, base_metas: list) -> list[ManifestEntry]:
         from strata.manifest.manifest_entry import live_files
@@ -253,7 +277,8 @@ class FileStoreCommit:
 
     def _cleanup_attempt(self, snapshot: Snapshot, delta_metas: list | None) -> None:
         """Delete the manifest lists of a lost attempt (delta manifests are reused)."""
-        for name in (snapshot.base_manifest_list, snapshot.delta_manifest_list, snapshot.changelog_manifest_list):
+        for name in (snapshot.base_manifest_list, snapshot.delta_manifest_list, snapshot.changelog_manifest_list,
+                     self._attempt_index_manifest):
             if name is None:
                 continue
             self.file_io.delete(self.manifests.path(name))

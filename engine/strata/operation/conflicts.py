@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
 
 from strata.errors import CommitConflictError
+from strata.manifest.index_manifest import IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
 
 KeyOrder = Callable[[bytes], tuple]
@@ -55,3 +56,28 @@ def _check_lsm_overlap(entries: Iterable[ManifestEntry], key_order: KeyOrder, wh
                 raise CommitConflictError(
                     f"LSM conflicts detected in {where} (bucket {bucket}, level {level}): files "
                     f"{prev.file.file_name} and {cur.file.file_name} overlap; give up committing")
+
+
+def apply_index_changes(live: Sequence[IndexManifestEntry], changes: Sequence[IndexManifestEntry],
+                        where: str) -> list[IndexManifestEntry]:
+    """The live index files after `changes` (Paimon's IndexManifestFileHandler). Every DELETE
+    must name a live file, and ADDs for a bucket must replace every file of it that was live:
+    a writer rewrites all the deletion vectors of its bucket, so a file it did not delete was
+    added by another writer since, whose deletes committing would lose."""
+    state = {e.file_name: e for e in live}
+    for entry in changes:
+        if entry.kind == FileKind.DELETE and state.pop(entry.file_name, None) is None:
+            raise CommitConflictError(
+                f"trying to delete index file {entry.file_name} of {where} which is not live (a concurrent "
+                "commit changed the deletion vectors of its bucket); restart from the latest snapshot")
+    kept = {(e.partition, e.bucket, e.index_type): e.file_name for e in state.values()}
+    for entry in changes:
+        if entry.kind == FileKind.DELETE:
+            continue
+        other = kept.get((entry.partition, entry.bucket, entry.index_type))
+        if other is not None:
+            raise CommitConflictError(
+                f"index file {entry.file_name} of {where} would sit beside {other} of the same bucket "
+                f"{entry.bucket} (a concurrent commit added deletion vectors to it); restart from the latest snapshot")
+        state[entry.file_name] = entry
+    return list(state.values())

@@ -2,64 +2,21 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import pyarrow as pa
 
 from strata.errors import CorruptMetadataError
 from strata.format import binary_row
 from strata.fs import FileIO
+from strata.fs.decoded_cache import DecodedFileCache
 from strata.manifest import codec
+from strata.manifest.index_manifest import IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
 from strata.manifest.manifest_file_meta import ManifestFileMeta
 from strata.manifest.simple_stats import SimpleStats
 from strata.schema.table_schema import TableSchema
 from strata.table.paths import PathFactory
-
-
-class DecodedFileCache:
-    """Decoded immutable files by path, shared by every table object of the process.
-
-    Manifest files and manifest lists are written once under a fresh UUID name and never
-    rewritten, so a decoded copy stays valid until the file is gone (and then nothing refers to
-    it). On object storage this saves a GET per manifest list and manifest on every scan and
-    commit. Bounded by weight (entries held), least recently used first out."""
-
-    def __init__(self, max_weight: int):
-        self.max_weight = max_weight
-        self._items: OrderedDict[str, tuple[Any, int]] = OrderedDict()
-        self._weight = 0
-        self._lock = threading.Lock()
-
-    def get(self, path: str) -> Any | None:
-        with self._lock:
-            item = self._items.get(path)
-            if item is None:
-                return None
-            self._items.move_to_end(path)
-            return item[0]
-
-    def put(self, path: str, value: Any, weight: int) -> None:
-        weight = max(1, weight)
-        if weight > self.max_weight:
-            return
-        with self._lock:
-            if path in self._items:
-                return
-            self._items[path] = (value, weight)
-            self._weight += weight
-            while self._weight > self.max_weight:
-                _, (_, dropped) = self._items.popitem(last=False)
-                self._weight -= dropped
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._weight = 0
-
 
 # about 200 bytes a decoded entry: some 100 MB at most
 DECODED_MANIFESTS = DecodedFileCache(max_weight=500_000)
@@ -165,6 +122,33 @@ class ManifestStore:
             raise CorruptMetadataError(f"manifest list {path} is corrupt: {exc}") from None
         DECODED_MANIFESTS.put(path, metas, len(metas))
         return metas
+
+    # -- index manifests ----------------------------------------------------------------------
+    def read_index_manifest(self, name: str | None) -> list[IndexManifestEntry]:
+        """The live index files a snapshot's index manifest lists (none for None)."""
+        if name is None:
+            return []
+        path = self.path(name)
+        cached: list[IndexManifestEntry] | None = DECODED_MANIFESTS.get(path)
+        if cached is not None:
+            return list(cached)
+        try:
+            data = self.file_io.read_bytes(path)
+        except FileNotFoundError:
+            raise CorruptMetadataError(f"index manifest {path} is missing") from None
+        try:
+            entries = codec.decode_index_manifest(data)
+        except Exception as exc:
+            raise CorruptMetadataError(f"index manifest {path} is corrupt: {exc}") from None
+        DECODED_MANIFESTS.put(path, entries, len(entries))
+        return entries
+
+    def write_index_manifest(self, entries: Sequence[IndexManifestEntry], paths: PathFactory) -> str:
+        name = paths.new_index_manifest_name()
+        data = codec.encode_index_manifest(list(entries), compression=self.compression)
+        self.file_io.write_bytes(self.path(name), data)
+        DECODED_MANIFESTS.put(self.path(name), list(entries), len(entries))
+        return name
 
     def read_entries(self, metas: Iterable[ManifestFileMeta]) -> list[ManifestEntry]:
         out: list[ManifestEntry] = []

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from strata import metrics
+from strata.deletionvectors import DeletionFile, deletion_files
 from strata.errors import SchemaMismatchError, SnapshotNotFoundError
 from strata.format import binary_row
 from strata.format.bucket import bucket_ids
@@ -35,6 +36,8 @@ class DataSplit:
     bucket_path: str
     row_kinds: bool = False  # incremental/changelog reads keep -U/-D rows
     merged_files: list[DataFileMeta] = field(default_factory=list)
+    # deletion-vector tables: data file name -> its vector; the files are read raw, without merging
+    deletion_files: dict[str, DeletionFile] | None = None
 
     @property
     def row_count(self) -> int:
@@ -42,7 +45,7 @@ class DataSplit:
 
     def raw_convertible(self) -> bool:
         """True when no merging is needed: one file, or no two files whose keys can overlap."""
-        return len(self.files) <= 1 or (all(f.level > 0 for f in self.files) and \
+        return self.deletion_files is not None or len(self.files) <= 1 or (all(f.level > 0 for f in self.files) and \
             len({f.level for f in self.files}) == 1)
 
 
@@ -79,8 +82,10 @@ class TableScan:
     def __init__(self, table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
                  tag: str | None = None, filter: Predicate | None = None, read_optimized: bool = False):
         self.table = table
-        # $ro: primary-key tables read only their top level (fully merged, possibly stale)
-        self.top_level = table.core.num_levels - 1 if read_optimized and table.schema.primary_keys else None
+        # $ro: primary-key tables read only their top level (fully merged, possibly stale); with
+        # deletion vectors every level above 0 is already read without merging
+        self.top_level = table.core.num_levels - 1 if read_optimized and table.schema.primary_keys \
+            and not table.core.get("deletion-vectors.enabled") else None
         self.filter = filter
         self._snapshot_id = snapshot_id
         self._timestamp = timestamp_millis
@@ -92,6 +97,7 @@ class TableScan:
         stat_fields = set(schema.trimmed_primary_keys) if schema.primary_keys else set(schema.field_names)
         self.file_filter = only_fields(filter, stat_fields - set(schema.partition_keys))
         self.stats = ScanStats()
+        self.deletion_vectors = bool(table.core.get("deletion-vectors.enabled"))
 
     # -- snapshot selection ---------------------------------------------------------------
     def snapshot(self) -> Snapshot | None:
@@ -133,9 +139,22 @@ class TableScan:
         started = time.monotonic()
         snapshot = self.snapshot()
         entries = self.plan_entries(snapshot)
-        plan = Plan(snapshot, self._splits(snapshot.id if snapshot else 0, entries), self.stats)
+        if self.deletion_vectors and self.table.schema.primary_keys:
+            # merge-on-write: level 0 is not visible until a compaction has marked what it supersedes
+            entries = [e for e in entries if e.file.level > 0]
+        splits = self._splits(snapshot.id if snapshot else 0, entries)
+        if self.deletion_vectors and snapshot is not None:
+            self._attach_deletion_files(snapshot, splits)
+        plan = Plan(snapshot, splits, self.stats)
         metrics.scan_finished(str(self.table.identifier), time.monotonic() - started, self.stats)
         return plan
+
+    def _attach_deletion_files(self, snapshot: Snapshot, splits: list[DataSplit]) -> None:
+        index = self.table.manifest_store.read_index_manifest(snapshot.index_manifest)
+        by_bucket = deletion_files(self.table.path, index)
+        for split in splits:
+            found = by_bucket.get((split.partition, split.bucket), {})
+            split.deletion_files = {f.file_name: found[f.file_name] for f in split.files if f.file_name in found}
 
     def plan_delta(self, snapshot_id: int) -> list[DataSplit]:
         """The files a snapshot added (its delta), as splits that keep row kinds."""

@@ -114,3 +114,12 @@ class PathFactory:
 
     def new_manifest_list_name(self) -> str:
         return f"manifest-list-{self.uuid}-{next(self._counter)}"
+
+    def new_index_manifest_name(self) -> str:
+        return f"index-manifest-{self.uuid}-{next(self._counter)}"
+
+    def index_dir(self) -> str:
+        return f"{self.table_path}/index"
+
+    def new_index_file_name(self) -> str:
+        return f"index-{self.uuid}-{next(self._counter)}"

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from strata.deletionvectors import deleted_positions
 from strata.fs import FileIO
 from strata.fs.prefetch import PrefetchedFileIO, prefetching
 from strata.io.data_file_reader import ColumnMapping, read_file
@@ -39,9 +40,6 @@ class TableRead:
     def __init__(self, table: Table, columns: Sequence[str] | None = None, filter: Predicate | None = None):
         self.table = table
         self.schema = table.schema
-        if table.core.get("deletion-vectors.enabled"):
-            # ignoring the deletion vectors of a table another engine wrote would resurrect rows
-            raise NotImplementedError(f"table {table.identifier} uses deletion vectors: not supported yet")
         self.columns = list(columns) if columns is not None else self.schema.field_names
         for name in self.columns:
             self.schema.field(name)  # clear error for an unknown column
@@ -129,7 +127,10 @@ class TableRead:
                 io.close()
 
     def _read_split(self, split: DataSplit, decode: Decode) -> Iterator[pa.Table]:
-        batches = self._merged(split, decode) if self.schema.primary_keys else self._appended(split, decode)
+        if self._raw(split):
+            batches = (t for f, wanted, prune in self._file_reads(split) for t in decode(f, wanted, prune))
+        else:
+            batches = self._merged(split, decode) if self.schema.primary_keys else self._appended(split, decode)
         with_kinds = self._labels_kinds(split)
         for batch in batches:
             out = self._finish(batch, with_kinds)
@@ -153,8 +154,16 @@ class TableRead:
         predicate that prunes its row groups."""
         if not self.schema.primary_keys:
             return [(f, self.value_columns, self.filter) for f in split.files]
+        if self._raw(split):
+            # merge-on-write: each key is live in one file, so every filter prunes row groups
+            return [(f, [VALUE_KIND, *self.value_columns], self.filter) for f in split.files]
         plan = self._merge_plan(split)
         return [(f, plan.wanted, self.key_filter) for run in plan.file_runs for f in run]
+
+    @staticmethod
+    def _raw(split: DataSplit) -> bool:
+        """Deletion-vector splits are read without merging (incremental reads keep their row kinds)."""
+        return split.deletion_files is not None and not split.row_kinds
 
     def _appended(self, split: DataSplit, decode: Decode) -> Iterator[pa.Table]:
         for f in split.files:
@@ -224,7 +233,11 @@ class TableRead:
         writer_schema = self.table.schema_at(f.schema_id)
         mapping = ColumnMapping(self.schema, writer_schema, wanted)
         stat_names = {k: KEY_PREFIX + k for k in self.schema.trimmed_primary_keys} if self.key_names else {}
-        yield from read_file(io, self._path(split, f), mapping, prune, stat_names, use_threads=decode_threads)
+        deleted = None
+        if split.deletion_files and f.file_name in split.deletion_files:
+            deleted = deleted_positions(self.table.file_io, split.deletion_files[f.file_name])
+        yield from read_file(io, self._path(split, f), mapping, prune, stat_names, use_threads=decode_threads,
+                             deleted=deleted)
 
     @staticmethod
     def _path(split: DataSplit, f: DataFileMeta) -> str:

@@ -12,12 +12,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from strata import metrics
+from strata.deletionvectors import BucketDeletionVectors
 from strata.errors import WriterClosedError
 from strata.format import binary_row
 from strata.format.bucket import bucket_ids
 from strata.io.data_file_reader import ColumnMapping, read_file
 from strata.io.data_file_writer import DataFileWriter, WriterConfig
 from strata.manifest.data_file_meta import DataFileMeta
+from strata.manifest.index_manifest import IndexManifestEntry
 from strata.mergetree.compact.manager import CompactManager
 from strata.mergetree.compact.universal import UniversalCompaction
 from strata.mergetree.levels import Levels
@@ -58,6 +60,7 @@ class TableWrite:
         self.writers: dict[tuple[bytes, int], BucketWriter] = {}
         self.partition_dirs: dict[bytes, str] = {}
         self._restored: dict[tuple[bytes, int], list[DataFileMeta]] | None = None
+        self._restored_index: dict[tuple[bytes, int], list[IndexManifestEntry]] | None = None
         self.write_only = not compaction if compaction is not None else bool(self.core.get("write-only"))
         full_every = self.core.get("full-compaction.delta-commits")
         self.full_compaction_every = int(full_every) if full_every is not None else None
@@ -179,11 +182,13 @@ class TableWrite:
             total = self.num_buckets if self.num_buckets > 0 else -1
             if self.merge_function is not None:
                 producer = str(self.core.get("changelog-producer"))
+                vectors = self._deletion_vectors(partition, bucket)
                 context = CompactionContext(
-                    self._compact_manager(restored), self._file_reader(bucket_dir), producer,
+                    self._compact_manager(restored), self._file_reader(bucket_dir, vectors), producer,
                     DataFileWriter(self.table.file_io, self.paths, bucket_dir, self.config, name_prefix="changelog"),
                     bool(self.core.get("changelog-producer.row-deduplicate")),
-                    compact_level0_at_commit=self.core.merge_engine == "first-row")
+                    compact_level0_at_commit=self.core.merge_engine == "first-row", deletion_vectors=vectors,
+                    read_positioned=self._file_reader(bucket_dir, vectors, positions=True) if vectors else None)
                 writer = KeyValueBucketWriter(self.schema, partition, bucket, total, file_writer,
                                               next_seq, self.merge_function, context)
             else:
@@ -212,14 +217,33 @@ class TableWrite:
         return CompactManager(levels, strategy, self._executor, lambda unit, drop: None,  # type: ignore[arg-type,return-value]
                               self.core.stop_trigger, table=self.write_metrics.table)
 
-    def _file_reader(self, bucket_dir: str):
+    def _file_reader(self, bucket_dir: str, vectors: BucketDeletionVectors | None = None, positions: bool = False):
+        """Reads a data file of the bucket in file layout; with `vectors`, without its deleted rows."""
         file_names = self.schema.file_arrow_schema().names
 
         def read(f: DataFileMeta):
             check_rewritable(self.schema, f.schema_id, f.file_name, str(self.table.identifier))
             mapping = ColumnMapping(self.schema, self.table.schema_at(f.schema_id), file_names)
-            return read_file(self.table.file_io, f"{bucket_dir}/{f.file_name}", mapping)
+            deleted = vectors.positions_of(f.file_name) if vectors is not None else None
+            return read_file(self.table.file_io, f"{bucket_dir}/{f.file_name}", mapping, deleted=deleted,
+                             positions=positions)
         return read
+
+    def _deletion_vectors(self, partition: bytes, bucket: int) -> BucketDeletionVectors | None:
+        """The bucket's deletion vectors, restored from the latest snapshot (merge-on-write tables)."""
+        if not self.core.get("deletion-vectors.enabled"):
+            return None
+        if self._restored_index is None:
+            latest = self.table.snapshot_manager.latest()
+            self._restored_index = {}
+            for entry in self.table.manifest_store.read_index_manifest(latest.index_manifest if latest else None):
+                self._restored_index.setdefault((entry.partition, entry.bucket), []).append(entry)
+        target = self.core.get("deletion-vectors.index-file.target-size") \
+            or self.core.get("deletion-vector.index-file.target-size")
+        return BucketDeletionVectors(self.table.file_io, self.paths, partition, max(bucket, 0),
+                                     self._restored_index.get((partition, max(bucket, 0)), []),
+                                     bool(self.core.get("deletion-vectors.bitmap64")),
+                                     int(target) if self.num_buckets < 1 else None)
 
     def _bound_memory(self) -> None:
         """Flush the largest buffers until the writer is back under half its budget."""

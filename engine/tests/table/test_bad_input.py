@@ -328,7 +328,8 @@ def test_damaged_data_file_names_the_file(table, how):
 # -- features Strata would get wrong are refused, not ignored ------------------------------------------
 
 @pytest.mark.parametrize("options,culprit", [
-    ({"deletion-vectors.enabled": "true"}, "deletion-vectors"),
+    ({"deletion-vectors.enabled": "true", "merge-engine": "first-row"}, "first-row"),
+    ({"deletion-vectors.enabled": "true", "changelog-producer": "full-compaction"}, "changelog-producer"),
     ({"partition.legacy-name": "false"}, "legacy-name"),
     ({"rowkind.field": "nope"}, "rowkind.field"),
     ({"rowkind.field": "small"}, "rowkind.field"),
@@ -346,20 +347,6 @@ def test_sequence_field_decides_over_write_order(catalog):
     table.write(batch([1], small=pa.array([5], pa.int8()), name=pa.array(["new"])))
     table.write(batch([1], small=pa.array([3], pa.int8()), name=pa.array(["old"])))
     assert [r["name"] for r in rows(table)] == ["new"]
-
-
-def test_foreign_table_with_deletion_vectors_is_not_misread(catalog):
-    """A table another engine wrote with deletion vectors must not be read without them."""
-    import json
-
-    table = catalog.create_table("db.dv", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
-    table.write(batch([1]))
-    path = f"{table.path}/schema/schema-0"
-    schema = json.loads(table.file_io.read_bytes(path))
-    schema["options"]["deletion-vectors.enabled"] = "true"
-    table.file_io.write_bytes(path, json.dumps(schema).encode())
-    with pytest.raises(NotImplementedError, match="deletion vectors"):
-        catalog.get_table("db.dv").to_arrow()
 
 
 def test_time_keeps_milliseconds_only(catalog):

@@ -1,0 +1,111 @@
+"""The deletion vectors of one (partition, bucket) a writer keeps (Paimon's BucketedDvMaintainer).
+
+A writer restores the vectors of its bucket from the live index files of the latest snapshot,
+marks rows deleted as compactions supersede them, drops the vectors of files it rewrites, and at
+each commit replaces the bucket's index files by new ones: a bucketed table keeps one index file
+per bucket (DELETE the old, ADD the new); a table without buckets rolls files at
+``deletion-vectors.index-file.target-size``. The commit refuses the change if the old index file
+is no longer live (another writer replaced it meanwhile): concurrent deletes conflict, never
+silently lose one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from strata.deletionvectors.index_file import DeletionFile, index_path, read_vectors, write_index_file
+from strata.deletionvectors.vector import DeletionVector
+from strata.fs import FileIO
+from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
+from strata.manifest.manifest_entry import FileKind
+from strata.table.paths import PathFactory
+
+
+class BucketDeletionVectors:
+    def __init__(self, file_io: FileIO, paths: PathFactory, partition: bytes, bucket: int,
+                 restored: Sequence[IndexManifestEntry], bitmap64: bool, target_size: int | None = None):
+        """`target_size`: roll index files at this size (tables without buckets); None: one file."""
+        self.file_io = file_io
+        self.paths = paths
+        self.partition = partition
+        self.bucket = bucket
+        self.bitmap64 = bitmap64
+        self.target_size = target_size
+        self.live = [e for e in restored if e.index_type == INDEX_TYPE_DELETION_VECTORS]
+        self.vectors: dict[str, DeletionVector] = {}
+        for entry in self.live:
+            path = index_path(paths.table_path, entry.file_name, entry.external_path)
+            self.vectors.update(read_vectors(file_io, path, entry.dv_ranges or []))
+        self.modified = False
+
+    def positions_of(self, data_file: str) -> np.ndarray | None:
+        return self.vectors[data_file].positions() if self.has_deletions(data_file) else None
+
+    def has_deletions(self, data_file: str) -> bool:
+        vector = self.vectors.get(data_file)
+        return vector is not None and len(vector) > 0
+
+    def mark(self, data_file: str, positions: np.ndarray) -> None:
+        if len(positions) == 0:
+            return
+        vector = self.vectors.get(data_file)
+        if vector is None:
+            vector = self.vectors[data_file] = DeletionVector(self.bitmap64)
+        before = len(vector)
+        vector.add(positions)
+        self.modified |= len(vector) != before
+
+    def remove(self, data_file: str) -> None:
+        if self.vectors.pop(data_file, None) is not None:
+            self.modified = True
+
+    def prepare_commit(self) -> list[IndexManifestEntry]:
+        """The index changes of this commit (DELETE the live files, ADD their replacement)."""
+        if not self.modified:
+            return []
+        self.modified = False
+        changes = [_as_kind(e, FileKind.DELETE) for e in self.live]
+        self.live = [self._write(group) for group in self._groups() if group]
+        return changes + self.live
+
+    def _groups(self) -> list[dict[str, DeletionVector]]:
+        vectors = {name: v for name, v in self.vectors.items() if len(v)}
+        if self.target_size is None:
+            return [vectors]
+        groups: list[dict[str, DeletionVector]] = [{}]
+        size = 0
+        for name, vector in vectors.items():
+            if size > self.target_size:
+                groups.append({})
+                size = 0
+            groups[-1][name] = vector
+            size += len(vector.serialize()[0])
+        return groups
+
+    def _write(self, vectors: dict[str, DeletionVector]) -> IndexManifestEntry:
+        name = self.paths.new_index_file_name()
+        size, ranges = write_index_file(self.file_io, f"{self.paths.index_dir()}/{name}", vectors)
+        return IndexManifestEntry(FileKind.ADD, self.partition, self.bucket, INDEX_TYPE_DELETION_VECTORS,
+                                  name, size, len(ranges), ranges)
+
+
+def _as_kind(entry: IndexManifestEntry, kind: FileKind) -> IndexManifestEntry:
+    return IndexManifestEntry(kind, entry.partition, entry.bucket, entry.index_type, entry.file_name,
+                              entry.file_size, entry.row_count, entry.dv_ranges, entry.external_path,
+                              entry.global_index)
+
+
+def deletion_files(table_path: str,
+                   entries: Sequence[IndexManifestEntry]) -> dict[tuple[bytes, int], dict[str, DeletionFile]]:
+    """(partition, bucket) -> data file name -> where its vector is, from live index entries."""
+    out: dict[tuple[bytes, int], dict[str, DeletionFile]] = {}
+    for entry in entries:
+        if entry.index_type != INDEX_TYPE_DELETION_VECTORS:
+            continue
+        path = index_path(table_path, entry.file_name, entry.external_path)
+        files = out.setdefault((entry.partition, entry.bucket), {})
+        for r in entry.dv_ranges or []:
+            files[r.data_file_name] = DeletionFile(path, r.offset, r.length, r.cardinality)
+    return out
