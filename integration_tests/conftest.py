@@ -51,16 +51,60 @@ def spark() -> Iterator[Service]:
     yield from provide("spark")
 
 
+def _stopped(spark: SparkSession) -> bool:
+    return spark.sparkContext._jsc is None
+
+
+def _shared_session(kind: str) -> SparkSession:
+    """The process's one SparkSession of `kind` ("local" or "cluster"): a process has one
+    SparkContext, so a session of the other kind is stopped first (each new one costs seconds)."""
+    from strata.spark import register
+
+    current = _SHARED.get(kind)
+    if current is not None and not _stopped(current):
+        return current
+    for other in [s for k, s in _SHARED.items() if k != kind and not _stopped(s)]:
+        for query in other.streams.active:
+            query.stop()
+        other.stop()
+    if kind == "cluster":
+        from strata_platform.services.spark_cluster import cluster_session
+
+        created = cluster_session("strata-integration-tests-cluster")
+    else:
+        from strata_platform.services.spark import spark_session
+
+        created = spark_session("strata-integration-tests")
+    register(created)
+    _SHARED[kind] = created
+    return created
+
+
+_SHARED: dict[str, SparkSession] = {}
+
+
 @pytest.fixture(scope="session")
 def spark_sql(spark: Service) -> Iterator[SparkSession]:
-    """One local SparkSession for every Spark module (each new one costs seconds), with the
-    strata data sources registered; modules use it through `session`."""
-    from strata.spark import register
-    from strata_platform.services.spark import spark_session
+    """One local SparkSession for every Spark module, with the strata data sources registered;
+    modules use it through `session` (which starts it again if a cluster module stopped it)."""
+    yield _shared_session("local")
+    _SHARED["local"].stop()
 
-    shared = spark_session("strata-integration-tests")
-    register(shared)
+
+@pytest.fixture(scope="session")
+def spark_cluster(spark: Service) -> Iterator[Service]:
+    """The standalone cluster (master and two workers on 127.0.0.1)."""
+    yield from provide("spark_cluster")
+
+
+@pytest.fixture(scope="module")
+def cluster_session(spark_cluster: Service) -> Iterator[SparkSession]:
+    """A SparkSession whose executors run on the cluster's workers, for one module; the local
+    shared session is stopped meanwhile (one SparkContext per process) and comes back on demand."""
+    shared = _shared_session("cluster")
     yield shared
+    for query in shared.streams.active:
+        query.stop()
     shared.stop()
 
 
@@ -68,6 +112,7 @@ def spark_sql(spark: Service) -> Iterator[SparkSession]:
 def session(spark_sql: SparkSession) -> Iterator[SparkSession]:
     """The shared SparkSession for one module; at its end the streaming queries it left are
     stopped and the runtime settings it changed restored, so modules do not leak into others."""
+    spark_sql = _shared_session("local")
     before = spark_sql.conf.getAll
     yield spark_sql
     for query in spark_sql.streams.active:

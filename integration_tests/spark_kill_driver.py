@@ -7,6 +7,10 @@ killed consumes the rest of the source and exits 0.
 
     python spark_kill_driver.py --warehouse W --source DIR --checkpoints DIR
 
+With ``--master spark://...`` the executors run on a standalone cluster; ``--source-table
+DB.T`` then streams a strata table of the warehouse (one snapshot per micro-batch) instead of
+the directory, and ``--catalog KEY=VALUE`` options reach the catalog (e.g. JDBC and S3).
+
 Prints ``STARTED`` once every query runs and ``DONE`` when all have finished.
 """
 
@@ -27,21 +31,38 @@ QUERIES = {
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--warehouse", required=True)
-    parser.add_argument("--source", required=True)
+    parser.add_argument("--source", help="directory of Parquet files")
     parser.add_argument("--checkpoints", required=True)
     parser.add_argument("--files-per-trigger", type=int, default=1)
+    parser.add_argument("--master")
+    parser.add_argument("--source-table")
+    parser.add_argument("--catalog", action="append", default=[], help="KEY=VALUE catalog option")
     args = parser.parse_args()
+    if not (args.source or args.source_table):
+        parser.error("give --source DIR or --source-table DB.T")
 
     from strata.spark import register
-    from strata_platform.services.spark import spark_session
 
-    spark = spark_session("strata-kill-driver", spark_sql_shuffle_partitions="2")
+    if args.master:
+        from strata_platform.services.spark_cluster import cluster_session
+
+        spark = cluster_session("strata-kill-driver", master=args.master, spark_sql_shuffle_partitions="2")
+    else:
+        from strata_platform.services.spark import spark_session
+
+        spark = spark_session("strata-kill-driver", spark_sql_shuffle_partitions="2")
     register(spark)
-    stream = (spark.readStream.schema(SOURCE_SCHEMA).option("maxFilesPerTrigger", args.files_per_trigger)
-              .parquet(args.source))
+    catalog = {f"catalog.{k}": v for k, v in (option.split("=", 1) for option in args.catalog)}
+    if args.source_table:
+        stream = (spark.readStream.format("strata").options(**catalog).option("scan.mode", "from-snapshot")
+                  .option("scan.snapshot-id", "1").option("max-files-per-trigger", args.files_per_trigger)
+                  .load(f"{args.warehouse}#{args.source_table}"))
+    else:
+        stream = (spark.readStream.schema(SOURCE_SCHEMA).option("maxFilesPerTrigger", args.files_per_trigger)
+                  .parquet(args.source))
     queries = []
     for table, columns in QUERIES.items():
-        query = (stream.selectExpr(*columns).writeStream.format("strata").queryName(table)
+        query = (stream.selectExpr(*columns).writeStream.format("strata").queryName(table).options(**catalog)
                  .option("checkpointLocation", f"{args.checkpoints}/{table}")
                  .trigger(availableNow=True).start(f"{args.warehouse}#db.{table}"))
         queries.append(query)

@@ -14,6 +14,7 @@ SERVICES: dict[str, str] = {
     "trino": "strata_platform.services.trino:TrinoService",
     "prometheus": "strata_platform.services.prometheus:PrometheusService",
     "spark": "strata_platform.services.spark:SparkService",
+    "spark_cluster": "strata_platform.services.spark_cluster:SparkClusterService",
     "docker": "strata_platform.services.docker:DockerService",
 }
 
