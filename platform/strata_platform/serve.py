@@ -14,6 +14,11 @@ Roles (the strata image's entrypoint is this module; the role is the container's
 ``exporter``     the table-health metrics exporter (``strata_platform.metrics_exporter``).
 ``metaservice``  lineage and consistent snapshot sets over HTTP (``strata_platform.metaservice``;
                  its API and /metrics on METRICS_PORT, default 19191).
+``spark-master`` / ``spark-worker``
+                 a Spark standalone cluster for the ingest job (``STRATA_SPARK_MASTER`` =
+                 ``spark://host:port``; unset, the job runs Spark in local mode): the master on
+                 ``SPARK_LOCAL_IP``:``STRATA_SPARK_MASTER_PORT`` (17077, web UI 17080), a worker
+                 with ``STRATA_SPARK_WORKER_CORES`` / ``_MEMORY`` / ``_WORK_DIR`` / ``_UI_PORT``.
 ``demo-events``  demo data: debezium-json change events of a ``customers`` table into Kafka.
 ``health``       exit 0 if this container's /metrics answers (for health checks and probes).
 
@@ -529,9 +534,43 @@ def run_health(env: Mapping[str, str], role: str | None) -> int:
     return 0 if ok else 1
 
 
+# -- Spark standalone cluster (the ingest job's executors) -------------------------------------------
+def run_spark_master(env: Mapping[str, str], stopper: Stopper) -> int:
+    from strata_platform.services.spark_cluster import MASTER_PORT, MASTER_UI_PORT, master_argv
+
+    host = env.get("SPARK_LOCAL_IP", "127.0.0.1")
+    return exec_spark_daemon(env, master_argv(host, int(env.get("STRATA_SPARK_MASTER_PORT", MASTER_PORT)),
+                                              int(env.get("STRATA_SPARK_MASTER_UI_PORT", MASTER_UI_PORT))))
+
+
+def run_spark_worker(env: Mapping[str, str], stopper: Stopper) -> int:
+    from strata_platform.services.spark_cluster import WORKER_UI_PORTS, worker_argv
+
+    master = env.get("STRATA_SPARK_MASTER", "")
+    if not master.startswith("spark://"):
+        raise SystemExit(f"spark-worker needs STRATA_SPARK_MASTER=spark://host:port, got {master!r}")
+    work_dir = env.get("STRATA_SPARK_WORK_DIR", "/var/lib/strata/spark-work")
+    os.makedirs(work_dir, exist_ok=True)
+    return exec_spark_daemon(env, worker_argv(
+        master, env.get("SPARK_LOCAL_IP", "127.0.0.1"), int(env.get("STRATA_SPARK_WORKER_CORES", "2")),
+        env.get("STRATA_SPARK_WORKER_MEMORY", "2g"), work_dir,
+        int(env.get("STRATA_SPARK_WORKER_UI_PORT", WORKER_UI_PORTS[0]))))
+
+
+def exec_spark_daemon(env: Mapping[str, str], argv: list[str]) -> int:
+    """Replace this process with the daemon's JVM (signals then reach Spark itself)."""
+    from strata_platform.services.spark_cluster import spark_home
+
+    daemon_env = {"SPARK_HOME": str(spark_home()), "SPARK_NO_DAEMONIZE": "1", "SPARK_LOCAL_IP": "127.0.0.1",
+                  "PYSPARK_PYTHON": sys.executable, **env}
+    os.execvpe(argv[0], argv, daemon_env)
+    return 1  # not reached
+
+
 ROLES: dict[str, Callable[[Mapping[str, str], Stopper], int]] = {
     "init": run_init, "ingest": run_ingest, "compaction": run_compaction, "cdc": run_cdc,
     "exporter": run_exporter, "demo-events": run_demo_events, "metaservice": run_metaservice,
+    "spark-master": run_spark_master, "spark-worker": run_spark_worker,
 }
 
 

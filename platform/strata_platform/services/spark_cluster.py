@@ -65,6 +65,18 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
+def master_argv(host: str, port: int, ui_port: int) -> list[str]:
+    """argv of a standalone master in the foreground (with SPARK_NO_DAEMONIZE / spark-class)."""
+    return [str(spark_home() / "bin" / "spark-class"), MASTER_CLASS, "--host", host, "--port", str(port),
+            "--webui-port", str(ui_port)]
+
+
+def worker_argv(master: str, host: str, cores: int, memory: str, work_dir: str, ui_port: int) -> list[str]:
+    """argv of a standalone worker that registers with `master` and runs executors in `work_dir`."""
+    return [str(spark_home() / "bin" / "spark-class"), WORKER_CLASS, master, "--host", host, "--cores", str(cores),
+            "--memory", memory, "--work-dir", work_dir, "--webui-port", str(ui_port)]
+
+
 def cluster_session(app_name: str = "strata-cluster", master: str | None = None, **conf: str) -> SparkSession:
     """A SparkSession whose executors run on the standalone cluster at `master` (default: this
     service's), with the driver on 127.0.0.1; `conf` as for ``spark_session``."""
@@ -109,14 +121,11 @@ class SparkClusterService(Service):
                 "SPARK_LOG_DIR": str(self.state_dir / "logs"), "SPARK_CONF_DIR": str(self.state_dir / "conf")}
 
     def daemon_command(self, role: str) -> list[str]:
-        spark_class = str(spark_home() / "bin" / "spark-class")
         if role == "master":
-            return [spark_class, MASTER_CLASS, "--host", HOST, "--port", str(MASTER_PORT),
-                    "--webui-port", str(MASTER_UI_PORT)]
+            return master_argv(HOST, MASTER_PORT, MASTER_UI_PORT)
         index = self.workers.index(role)
-        return [spark_class, WORKER_CLASS, master_url(), "--host", HOST, "--cores", str(WORKER_CORES),
-                "--memory", WORKER_MEMORY, "--work-dir", str(self.work_dir(role)),
-                "--webui-port", str(WORKER_UI_PORTS[index])]
+        return worker_argv(master_url(), HOST, WORKER_CORES, WORKER_MEMORY, str(self.work_dir(role)),
+                           WORKER_UI_PORTS[index])
 
     # -- processes ------------------------------------------------------------------------------
     def role_pid(self, role: str) -> int | None:
