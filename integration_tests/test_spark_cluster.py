@@ -283,3 +283,127 @@ def test_cdc_job_on_the_cluster(cluster_session: SparkSession, kafka: Service, c
     finally:
         broker.delete_topics(bootstrap, [topic])
     assert table_rows(catalog.get_table("shop.orders")) == expected(orders)
+
+
+# -- distributed compaction ----------------------------------------------------------------------------
+BUCKETS = 64
+WRITES = 5  # level-0 files per bucket: the default compaction trigger
+
+
+def live_files(table: strata.Table) -> dict[tuple[bytes, int], list[Any]]:
+    files: dict[tuple[bytes, int], list[Any]] = {}
+    for entry in table.new_scan().plan_entries():
+        files.setdefault((entry.partition, entry.bucket), []).append(entry.file)
+    return files
+
+
+def sorted_runs(files: list[Any]) -> int:
+    return sum(f.level == 0 for f in files) + len({f.level for f in files if f.level > 0})
+
+
+def test_distributed_compaction_of_64_buckets(cluster_session: SparkSession, catalog: strata.Catalog,
+                                              catalog_options: dict[str, str]) -> None:
+    from strata.spark.compact import compact
+
+    table = catalog.create_table("db.wide", SCHEMA, primary_keys=["id"],
+                                 options={"bucket": str(BUCKETS), "write-only": "true"})
+    for write in range(WRITES):
+        table.write(rows(range(write * 500, write * 500 + 3000), f"w{write}-"))
+    before = table.to_arrow().sort_by("id")
+    files_before = live_files(table)
+    assert len(files_before) == BUCKETS and all(sorted_runs(f) == WRITES for f in files_before.values())
+    snapshots_before = len(table.snapshots())
+
+    options = spark_options(catalog_options)
+    result = compact(cluster_session, path(catalog_options, "db.wide"), **options)
+    assert result.units == BUCKETS and result.tasks > 1 and len(result.executors) == 2
+    latest = table.latest_snapshot()
+    assert latest is not None and latest.id == result.snapshot_id and latest.commit_kind == "COMPACT"
+    assert len(table.snapshots()) == snapshots_before + 1  # every bucket in ONE snapshot
+    assert table.to_arrow().sort_by("id").equals(before)
+    after = live_files(table)
+    assert all(sorted_runs(f) < WRITES for f in after.values())  # below the trigger again
+
+    table.write(rows(range(0, 3000, 2), "late-"))  # one more level-0 file per bucket
+    expected_rows = {r["id"]: r for r in before.to_pylist()}
+    expected_rows.update({r["id"]: r for r in rows(range(0, 3000, 2), "late-").to_pylist()})
+    full = compact(cluster_session, path(catalog_options, "db.wide"), full=True, **options)
+    top = table.core.num_levels - 1
+    assert full.units == BUCKETS
+    assert all(len(f) == 1 and f[0].level == top for f in live_files(table).values())
+    assert table.to_arrow().sort_by("id").to_pylist() == sorted(expected_rows.values(), key=lambda r: r["id"])
+    nothing = compact(cluster_session, path(catalog_options, "db.wide"), full=True, **options)
+    assert nothing.snapshot_id is None and nothing.units == 0
+
+
+def test_distributed_compaction_conflict_fails_cleanly(cluster_session: SparkSession, catalog: strata.Catalog,
+                                                       catalog_options: dict[str, str]) -> None:
+    from strata.errors import CommitConflictError
+    from strata.spark.compact import commit_once, plan, run_tasks
+    from strata.spark.options import TableRef
+    from strata.spark.writer import written_paths
+
+    table = catalog.create_table("db.race", SCHEMA, primary_keys=["id"],
+                                 options={"bucket": "8", "write-only": "true"})
+    for write in range(WRITES):
+        table.write(rows(range(write * 100, write * 100 + 400), f"w{write}-"))
+    before = table.to_arrow().sort_by("id")
+    ref = TableRef(catalog_options["warehouse"], "db.race",
+                   tuple(sorted((k, v) for k, v in catalog_options.items() if k != "warehouse")))
+    units = plan(table, full=True)
+    messages, _tasks, _executors = run_tasks(cluster_session, ref, units, full=True)
+    concurrent = table.compact(full=True, commit_user="another-compaction")  # the same files, first
+    assert concurrent.snapshot_ids
+    latest = table.snapshot_manager.latest_id()
+
+    with pytest.raises(CommitConflictError, match="concurrent"):
+        commit_once(table, messages, "strata-spark-compaction")
+    assert table.snapshot_manager.latest_id() == latest  # nothing published
+    assert not any(table.file_io.exists(p) for p in written_paths(table, messages))  # its files deleted
+    assert table.to_arrow().sort_by("id").equals(before)
+
+
+def test_distributed_append_compaction(cluster_session: SparkSession, catalog: strata.Catalog,
+                                       catalog_options: dict[str, str]) -> None:
+    from strata.spark.compact import compact
+
+    schema = pa.schema([("dt", pa.string()), *SCHEMA])
+    table = catalog.create_table("db.events", schema, partition_keys=["dt"])
+    batches = []
+    for write in range(6):
+        batch = rows(range(write * 100, write * 100 + 100), f"e{write}-")
+        batch = batch.add_column(0, "dt", pa.array([f"2026-11-{1 + i % 4:02d}" for i in range(100)]))
+        table.write(batch)
+        batches.append(batch)
+    files_before = sum(len(f) for f in live_files(table).values())
+    result = compact(cluster_session, path(catalog_options, "db.events"), full=True,
+                     **spark_options(catalog_options))
+    assert result.units == 4 and result.files_before == files_before == 24 and result.files_after == 4
+    assert table.latest_snapshot().commit_kind == "COMPACT"  # type: ignore[union-attr]
+    assert sum(len(f) for f in live_files(table).values()) == 4
+    assert table.to_arrow().sort_by("id").equals(pa.concat_tables(batches).sort_by("id"))
+
+
+def test_compaction_service_in_spark_mode(cluster_session: SparkSession, catalog: strata.Catalog,
+                                          catalog_options: dict[str, str]) -> None:
+    """The compaction service's round with STRATA_COMPACTION_MODE=spark: each table compacted by
+    the Spark job on the cluster, one COMPACT snapshot per table."""
+    from strata_platform.serve import Stopper, compact_all, spark_compactor
+
+    options = {k: v for k, v in catalog_options.items() if k != "warehouse"}
+    env = {"STRATA_WAREHOUSE": catalog_options["warehouse"],
+           "STRATA_CATALOG_OPTIONS": ",".join(f"{k}={v}" for k, v in options.items())}
+    tables = [catalog.create_table(f"db.s{i}", SCHEMA, primary_keys=["id"],
+                                   options={"bucket": "4", "write-only": "true"}) for i in range(2)]
+    for table in tables:
+        for write in range(WRITES):
+            table.write(rows(range(write * 50, write * 50 + 200), f"w{write}-"))
+    before = [t.to_arrow().sort_by("id") for t in tables]
+    made = compact_all(catalog, ["db"], True, "strata-compaction", Stopper(),
+                       spark_compactor(env, cluster_session))
+    assert made == 2
+    for table, rows_before in zip(tables, before, strict=True):
+        latest = table.latest_snapshot()
+        assert latest is not None and latest.commit_kind == "COMPACT" and latest.commit_user == "strata-compaction"
+        assert all(len(files) == 1 for files in live_files(table).values())
+        assert table.to_arrow().sort_by("id").equals(rows_before)

@@ -8,7 +8,8 @@ Roles (the strata image's entrypoint is this module; the role is the container's
                  append table with the ``strata`` sink (exactly-once: one snapshot per micro-batch,
                  replayed batches skipped; the checkpoint lives in ``STRATA_CHECKPOINT_DIR``).
 ``compaction``   the dedicated compaction service: ``Table.compact`` for every table, every
-                 ``STRATA_COMPACTION_INTERVAL_SECONDS``.
+                 ``STRATA_COMPACTION_INTERVAL_SECONDS``; ``STRATA_COMPACTION_MODE=spark`` runs it
+                 as a Spark job on ``STRATA_SPARK_MASTER`` (``strata.spark.compact``).
 ``cdc``          CDC sync: debezium-json / canal-json topics from Kafka into tables
                  (``strata_platform.cdc``), exactly-once by the offsets stored in the snapshots.
 ``exporter``     the table-health metrics exporter (``strata_platform.metrics_exporter``).
@@ -268,6 +269,24 @@ def spark_conf(env: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
+def start_spark(env: Mapping[str, str], app_name: str) -> Any:
+    """A SparkSession on ``STRATA_SPARK_MASTER`` (local[2] by default) with the strata source."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from strata.spark import register
+
+    master = env.get("STRATA_SPARK_MASTER", "local[2]")
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in spark_conf(env).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(env.get("STRATA_SPARK_LOG_LEVEL", "WARN"))
+    register(spark)
+    return spark
+
+
 def run_ingest(env: Mapping[str, str], stopper: Stopper) -> int:
     table_name = env.get("STRATA_INGEST_TABLE", "demo.events")
     rows_per_second = int(env_float(env, "STRATA_INGEST_ROWS_PER_SECOND", 20))
@@ -282,19 +301,7 @@ def run_ingest(env: Mapping[str, str], stopper: Stopper) -> int:
                          ignore_if_exists=True)
     if stopper.stopping:
         return 0
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    from strata.spark import register
-
-    master = env.get("STRATA_SPARK_MASTER", "local[2]")
-    builder = SparkSession.builder.master(master).appName(f"strata-ingest-{table_name}")
-    for key, value in spark_conf(env).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(env.get("STRATA_SPARK_LOG_LEVEL", "WARN"))
-    register(spark)
+    spark = start_spark(env, f"strata-ingest-{table_name}")
     server = serve_metrics(env, "ingest")
     try:
         stream = (spark.readStream.format("rate").option("rowsPerSecond", rows_per_second).load()
@@ -352,22 +359,45 @@ def run_compaction(env: Mapping[str, str], stopper: Stopper) -> int:
     user = env.get("STRATA_COMPACTION_COMMIT_USER", "strata-compaction")
     catalog = retry("catalog", lambda: load_catalog(env), env_float(env, "STRATA_INIT_TIMEOUT_SECONDS", 180.0),
                     stopper)
+    mode = env.get("STRATA_COMPACTION_MODE", "local")
+    if mode not in ("local", "spark"):
+        raise SystemExit(f"STRATA_COMPACTION_MODE must be local or spark, got {mode!r}")
+    spark = start_spark(env, "strata-compaction") if mode == "spark" else None
+    compactor = spark_compactor(env, spark) if spark is not None else None
     server = serve_metrics(env, "compaction")
-    print(f"strata compaction ready: every {interval:g}s, {'full' if full else 'universal'} compaction, "
-          f"databases {', '.join(only) or 'all'}", flush=True)
+    print(f"strata compaction ready: every {interval:g}s, {'full' if full else 'universal'} compaction "
+          f"({mode}), databases {', '.join(only) or 'all'}", flush=True)
     try:
         while not stopper.stopping:
-            compact_all(catalog, only, full, user, stopper)
+            compact_all(catalog, only, full, user, stopper, compactor)
             stopper.wait(interval)
     finally:
         if server is not None:
             server.shutdown()
+        if spark is not None:
+            spark.stop()
     print("strata compaction stopped", flush=True)
     return 0
 
 
-def compact_all(catalog: Any, databases: list[str], full: bool, user: str, stopper: Stopper) -> int:
-    """One round: compact every table (the one in flight finishes on SIGTERM); returns snapshots made."""
+def spark_compactor(env: Mapping[str, str], spark: Any) -> Callable[[Any, bool, str], list[int]]:
+    """Compaction as a Spark job (``strata.spark.compact``): planned here, run on the executors,
+    committed once; returns the snapshot made, if any."""
+    from strata.spark.compact import compact
+
+    options = {f"catalog.{k}": v for k, v in catalog_options(env).items()}
+
+    def run(table: Any, full: bool, user: str) -> list[int]:
+        result = compact(spark, f"{warehouse(env)}#{table.identifier}", full=full, commit_user=user, **options)
+        return [result.snapshot_id] if result.snapshot_id is not None else []
+
+    return run
+
+
+def compact_all(catalog: Any, databases: list[str], full: bool, user: str, stopper: Stopper,
+                compactor: Callable[[Any, bool, str], list[int]] | None = None) -> int:
+    """One round: compact every table (the one in flight finishes on SIGTERM), in this process
+    or with `compactor` (the Spark job); returns snapshots made."""
     made = 0
     try:
         names = [f"{db}.{t}" for db in (databases or catalog.list_databases()) for t in catalog.list_tables(db)]
@@ -383,11 +413,11 @@ def compact_all(catalog: Any, databases: list[str], full: bool, user: str, stopp
             if latest is None or latest.commit_user == user:
                 continue  # empty, or nothing new since our own last compaction
             began = time.monotonic()
-            result = table.compact(full=full, commit_user=user)
-            if result.snapshot_ids:
-                made += len(result.snapshot_ids)
-                log.info("compacted %s -> snapshot %s in %.1fs", name, result.snapshot_ids,
-                         time.monotonic() - began)
+            snapshot_ids = compactor(table, full, user) if compactor is not None \
+                else table.compact(full=full, commit_user=user).snapshot_ids
+            if snapshot_ids:
+                made += len(snapshot_ids)
+                log.info("compacted %s -> snapshot %s in %.1fs", name, snapshot_ids, time.monotonic() - began)
         except Exception:  # a conflict with a writer, a dropped table: next round
             log.exception("compaction of %s failed", name)
     return made

@@ -33,6 +33,8 @@ from strata.table.conform import conform, row_kinds, to_arrow_table
 from strata.table.paths import PathFactory, partition_path
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from strata.log.kafka import LogWriter
     from strata.table.table import Table
 
@@ -291,9 +293,14 @@ class TableWrite:
             for future in [pool.submit(w.flush) for w in pending]:
                 future.result()
 
-    def compact(self, full: bool = False, partitions: list[bytes] | None = None) -> None:
+    def compact(self, full: bool = False, partitions: list[bytes] | None = None,
+                buckets: Mapping[tuple[bytes, int], list[DataFileMeta]] | None = None) -> None:
         """Compact every bucket this writer knows, plus every live bucket of the table (the
-        dedicated compaction job); `full` rewrites each bucket into its top level."""
+        dedicated compaction job); `full` rewrites each bucket into its top level. `buckets`:
+        only these (partition, bucket)s, from these live files, as a distributed job's driver
+        planned them (so a task does not scan the whole table)."""
+        if buckets is not None:
+            self._restored = {key: list(files) for key, files in buckets.items()}
         self._restored_files(b"", 0)
         assert self._restored is not None
         for partition, bucket in list(self._restored):

@@ -160,3 +160,30 @@ def test_first_row_writers_leave_no_level_zero_files(catalog) -> None:
     assert 0 not in levels_of(table)
     assert as_dict(table.to_arrow()) == {1: 10, 2: 20, 3: 30}
     assert as_dict(table.to_arrow(read_optimized=True)) == {1: 10, 2: 20, 3: 30}
+
+
+def test_compact_only_the_planned_buckets_from_their_planned_files(catalog) -> None:
+    """TableWrite.compact(buckets=...): a distributed job's task compacts just the buckets its
+    driver planned, from the files the driver saw, and the other buckets keep their files."""
+    from strata.table.write import TableWrite
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+    table = catalog.create_table("db.planned", schema, primary_keys=["id"],
+                                 options={"bucket": "4", "write-only": "true"})
+    for round_no in range(3):
+        table.write(pa.table({"id": pa.array(range(200), pa.int64()), "v": [f"r{round_no}"] * 200}))
+    live: dict[tuple[bytes, int], list] = {}
+    for entry in table.new_scan().plan_entries():
+        live.setdefault((entry.partition, entry.bucket), []).append(entry.file)
+    chosen = dict(sorted(live.items(), key=lambda kv: kv[0][1])[:2])
+    with TableWrite(table, compaction=True) as writer:
+        writer.compact(full=True, buckets=chosen)
+        messages = writer.prepare_commit()
+    assert sorted(m.bucket for m in messages if not m.is_empty()) == sorted(b for _, b in chosen)
+    table.new_commit("compactor").commit(messages)
+    after: dict[tuple[bytes, int], list] = {}
+    for entry in table.new_scan().plan_entries():
+        after.setdefault((entry.partition, entry.bucket), []).append(entry.file)
+    for key, files in after.items():
+        assert len(files) == (1 if key in chosen else 3), key
+    assert table.to_arrow().sort_by("id").column("v").to_pylist() == ["r2"] * 200
