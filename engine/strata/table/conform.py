@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from strata.errors import SchemaMismatchError
 from strata.schema.table_schema import TableSchema
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROW_KIND_CODES = {"+I": 0, "-U": 1, "+U": 2, "-D": 3}
 
@@ -18,7 +23,8 @@ def to_arrow_table(data: pa.Table | pa.RecordBatch | pd.DataFrame) -> pa.Table:
         return data
     if isinstance(data, pa.RecordBatch):
         return pa.Table.from_batches([data])
-    if isinstance(data, pd.DataFrame):
+    pandas = sys.modules.get("pandas")  # a DataFrame implies pandas was imported: never import it here
+    if pandas is not None and isinstance(data, pandas.DataFrame):
         return pa.Table.from_pandas(data, preserve_index=False)
     raise SchemaMismatchError(f"cannot write {type(data).__name__}: give a pyarrow Table/RecordBatch "
                               "or a pandas DataFrame")

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from strata.table.table import Table
 
 ROW_KIND_COLUMN = "_ROW_KIND"
-_KIND_NAMES = pa.array(["+I", "-U", "+U", "-D"])
+KIND_NAMES = ("+I", "-U", "+U", "-D")  # by row-kind code; an Arrow array here would import pandas at import
 
 # decodes one data file of a split: (file, columns, row-group pruning predicate) -> its batches
 Decode = Callable[[DataFileMeta, list[str], "Predicate | None"], Iterator[pa.Table]]
@@ -248,7 +248,7 @@ class TableRead:
         if self.key_names:
             codes = batch.column(VALUE_KIND).to_numpy()
             if with_kinds:
-                kinds = pc.take(_KIND_NAMES, pa.array(codes.astype(np.int32)))
+                kinds = pc.take(pa.array(KIND_NAMES), pa.array(codes.astype(np.int32)))
                 batch = batch.append_column(ROW_KIND_COLUMN, kinds)
             else:
                 mask = live_rows_mask(codes)

@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 
 from strata.fs import FileIO
@@ -25,6 +24,8 @@ from strata.table.read import TableRead
 from strata.table.write import TableWrite
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from strata.catalog.base import Catalog, Identifier
     from strata.operation.expire import ExpireResult
     from strata.operation.orphan import OrphanResult

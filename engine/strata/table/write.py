@@ -7,7 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -34,6 +33,8 @@ from strata.table.paths import PathFactory, partition_path
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    import pandas as pd
 
     from strata.log.kafka import LogWriter
     from strata.table.table import Table
