@@ -33,7 +33,7 @@ from strata.bench.spec import Target, Workload
 
 CORE_WORKLOADS = ("W1", "W2", "W3", "W4", "MINIO_COMMIT", "W1_minio", "W3_minio")
 # modules of strata.bench defining further workloads (see strata.bench.spec), in report order
-EXTENSIONS = ("compaction", "spark_stream", "log_store", "lookup_changelog")
+EXTENSIONS = ("compaction", "spark_stream", "log_store", "lookup_changelog", "growth", "cold_read")
 
 
 def extension_workloads() -> dict[str, Workload]:
@@ -119,7 +119,9 @@ def _selection(only: str | None) -> list[str]:
     if not only:
         return list(WORKLOADS)
     names = {w.upper(): w for w in WORKLOADS}
-    wanted = [names.get(w.strip().upper(), w.strip().upper()) for w in only.split(",") if w.strip()]
+    groups = {"GROWTH": [w for w in WORKLOADS if w.startswith("GROWTH_")]}  # one name for several curves
+    wanted = [name for w in only.split(",") if w.strip()
+              for name in groups.get(w.strip().upper(), [names.get(w.strip().upper(), w.strip().upper())])]
     unknown = [w for w in wanted if w not in WORKLOADS]
     if unknown:
         raise ValueError(f"unknown workload(s) {unknown} in --only; choose from {', '.join(WORKLOADS)}")
