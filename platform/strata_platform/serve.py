@@ -388,7 +388,7 @@ def spark_compactor(env: Mapping[str, str], spark: Any) -> Callable[[Any, bool, 
     options = {f"catalog.{k}": v for k, v in catalog_options(env).items()}
 
     def run(table: Any, full: bool, user: str) -> list[int]:
-        result = compact(spark, f"{warehouse(env)}#{table.identifier}", full=full, commit_user=user, **options)
+        result = compact(spark, f"{warehouse(env)}#{table.identifier}", full, None, None, user, **options)
         return [result.snapshot_id] if result.snapshot_id is not None else []
 
     return run

@@ -51,7 +51,10 @@ class DeletionVector:
         self.bitmap.update(np.asarray(positions, dtype=dtype))
 
     def merge(self, other: DeletionVector) -> None:
-        self.bitmap |= other.bitmap if other.bitmap64 == self.bitmap64 else type(self.bitmap)(other.bitmap)
+        if self.bitmap64 != other.bitmap64:  # widths differ only when a table changes bitmap64
+            self.add(other.positions())
+        else:
+            self.bitmap.update(other.bitmap)
 
     def positions(self) -> np.ndarray:
         """Deleted positions, sorted ascending, as int64."""

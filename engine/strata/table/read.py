@@ -127,6 +127,7 @@ class TableRead:
                 io.close()
 
     def _read_split(self, split: DataSplit, decode: Decode) -> Iterator[pa.Table]:
+        batches: Iterator[pa.Table]
         if self._raw(split):
             batches = (t for f, wanted, prune in self._file_reads(split) for t in decode(f, wanted, prune))
         else:
