@@ -16,10 +16,11 @@ import json
 import lzma
 import os
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import fastavro
+import pyarrow as pa
 import zstandard
 
 from strata.manifest.errors import ManifestCorruptedError
@@ -29,7 +30,7 @@ SYNC_SIZE = 16
 # Java's DataFileWriter flushes a block once this many uncompressed bytes are buffered.
 BLOCK_TARGET_BYTES = 64_000
 # Paimon's option names for manifest.compression, mapped to Avro codec names.
-_CODEC_ALIASES = {"zstd": "zstandard", "none": "null", "uncompressed": "null"}
+_CODEC_ALIASES = {"zstd": "zstandard", "none": "null", "uncompressed": "null", "gzip": "deflate"}
 _MAX_VARINT_BYTES = 10
 
 Schema = dict[str, Any]
@@ -40,7 +41,7 @@ def codec_name(compression: str) -> str:
     name = _CODEC_ALIASES.get(compression.lower(), compression.lower())
     if name not in _COMPRESSORS:
         raise ValueError(f"unsupported manifest compression {compression!r}; "
-                         f"use one of zstd, none, deflate, bzip2, xz")
+                         f"use one of zstd, snappy, none, deflate, bzip2, xz")
     return name
 
 
@@ -80,12 +81,38 @@ def _deflate_decompress(data: bytes) -> bytes:
     return out
 
 
+def _snappy_compress(data: bytes, _level: int | None) -> bytes:
+    # Avro's "snappy": a raw snappy block, then the CRC32 of the uncompressed data (big-endian)
+    return pa.compress(data, codec="snappy", asbytes=True) + zlib.crc32(data).to_bytes(4, "big")
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    body, crc = data[:-4], int.from_bytes(data[-4:], "big")
+    size = _snappy_uncompressed_length(body)
+    out = pa.decompress(body, decompressed_size=size, codec="snappy", asbytes=True)
+    if zlib.crc32(out) != crc:
+        raise ValueError("snappy block checksum mismatch")
+    return out
+
+
+def _snappy_uncompressed_length(block: bytes) -> int:
+    """A raw snappy block starts with its uncompressed length as a little-endian varint."""
+    value = shift = 0
+    for byte in block[:_MAX_VARINT_BYTES]:
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value
+        shift += 7
+    raise ValueError("snappy block has no valid length")
+
+
 _COMPRESSORS: dict[str, Callable[[bytes, int | None], bytes]] = {
     "null": lambda data, _level: data,
     "zstandard": _zstd_compress,
     "deflate": _deflate_compress,
     "bzip2": lambda data, _level: bz2.compress(data),
     "xz": lambda data, _level: lzma.compress(data),
+    "snappy": _snappy_compress,
 }
 _DECOMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
     "null": lambda data: data,
@@ -93,6 +120,7 @@ _DECOMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
     "deflate": _deflate_decompress,
     "bzip2": bz2.decompress,
     "xz": lzma.decompress,
+    "snappy": _snappy_decompress,
 }
 
 
@@ -145,8 +173,9 @@ class _Cursor:
 
 # -- writing --------------------------------------------------------------------------------
 
-def _header(schema_json: str, codec: str, sync: bytes) -> bytes:
-    meta = {"avro.schema": schema_json.encode(), "avro.codec": codec.encode()}
+def _header(schema_json: str, codec: str, sync: bytes, extra: Mapping[str, str] | None = None) -> bytes:
+    meta = {"avro.schema": schema_json.encode(), "avro.codec": codec.encode(),
+            **{key: value.encode() for key, value in (extra or {}).items()}}
     parts = [MAGIC, _encode_long(len(meta))]
     for key, value in meta.items():
         parts += [_encode_bytes(key.encode()), _encode_bytes(value)]
@@ -160,14 +189,15 @@ def _block(records: bytes, count: int, codec: str, level: int | None, sync: byte
 
 
 def write_container(schema: Schema, parsed: Any, records: Iterable[dict[str, Any]],
-                    compression: str = "zstd", level: int | None = None) -> bytes:
-    """Encode records into an Avro file whose header carries ``schema``.
+                    compression: str = "zstd", level: int | None = None,
+                    metadata: Mapping[str, str] | None = None) -> bytes:
+    """Encode records into an Avro file whose header carries ``schema`` (and ``metadata``).
 
     ``parsed`` is the fastavro-parsed schema used to encode (same layout as ``schema``).
     """
     codec = codec_name(compression)
     sync = os.urandom(SYNC_SIZE)
-    out = [_header(json.dumps(schema, separators=(",", ":")), codec, sync)]
+    out = [_header(json.dumps(schema, separators=(",", ":")), codec, sync, metadata)]
     buf = io.BytesIO()
     count = 0
     for record in records:

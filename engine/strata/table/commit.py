@@ -54,11 +54,14 @@ class TableCommit:
 
     def _maintained(self, result: CommitResult) -> CommitResult:
         """After a commit that published snapshots: tag, partition, consumer and snapshot expiry
-        (``strata.operation.expire.maintain_after_commit``; skipped for write-only tables)."""
+        (``strata.operation.expire.maintain_after_commit``; skipped for write-only tables), then
+        the Iceberg metadata of the new snapshot (``metadata.iceberg.storage``)."""
         if result.snapshot_ids:
+            from strata.iceberg import sync_after_commit
             from strata.operation.expire import maintain_after_commit
 
             maintain_after_commit(self.table, max(result.snapshot_ids))
+            sync_after_commit(self.table)
         return result
 
     def _with_log(self, messages: Sequence[CommitMessage], identifier: int,

@@ -1,0 +1,6 @@
+"""Iceberg-compatible metadata over a Paimon table's files (Paimon's ``metadata.iceberg.*``), so
+that Iceberg readers (Trino, pyiceberg, Spark with Iceberg) read Strata tables."""
+
+from strata.iceberg.sync import IcebergSync, SyncResult, enabled, latest_metadata_location, sync_after_commit
+
+__all__ = ["IcebergSync", "SyncResult", "enabled", "latest_metadata_location", "sync_after_commit"]

@@ -1,0 +1,202 @@
+"""Iceberg manifests and manifest lists (format version 2) as Avro files with field ids.
+
+Iceberg readers resolve Avro fields by their ``field-id``, so every field carries the id the
+Iceberg spec gives it; maps with non-string keys are arrays of key/value records marked
+``logicalType: map``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+
+from strata.iceberg.types import avro_partition_type, avro_partition_value
+from strata.manifest.avro_container import read_container, strip_logical_types, write_container
+
+DATA, DELETES = 0, 1  # manifest / file content
+EXISTING, ADDED, DELETED = 0, 1, 2  # entry status
+FORMAT_VERSION = 2
+FILE_PATH_ID, POS_ID = 2147483546, 2147483545  # position-delete file columns (reserved ids)
+
+
+@dataclass(frozen=True)
+class PartitionField:
+    name: str
+    source_id: int
+    field_id: int
+    iceberg_type: str
+
+
+@dataclass
+class DataFile:
+    """One Iceberg ``data_file``: a data file, or a position-delete file (content 1)."""
+
+    content: int
+    path: str
+    partition: tuple[Any, ...]  # physical values, in spec order
+    record_count: int
+    file_size: int
+    null_counts: dict[int, int] = field(default_factory=dict)
+    lower_bounds: dict[int, bytes] = field(default_factory=dict)
+    upper_bounds: dict[int, bytes] = field(default_factory=dict)
+    referenced_data_file: str | None = None
+
+
+@dataclass
+class Entry:
+    status: int
+    snapshot_id: int
+    sequence_number: int
+    file: DataFile
+
+
+@dataclass
+class ManifestFile:
+    """One manifest-list row."""
+
+    path: str
+    length: int
+    content: int
+    sequence_number: int
+    min_sequence_number: int
+    added_snapshot_id: int
+    added_files: int
+    existing_files: int
+    added_rows: int
+    existing_rows: int
+    partitions: list[dict[str, Any]]
+
+
+def _optional(avro: Any) -> list[Any]:
+    return ["null", avro]
+
+
+def _map(name: str, key_id: int, value_id: int, value: str) -> dict[str, Any]:
+    return {"type": "array", "logicalType": "map", "items": {
+        "type": "record", "name": name, "fields": [
+            {"name": "key", "type": "int", "field-id": key_id},
+            {"name": "value", "type": value, "field-id": value_id}]}}
+
+
+def entry_schema(spec: Sequence[PartitionField]) -> dict[str, Any]:
+    partition = {"type": "record", "name": "r102", "fields": [
+        {"name": p.name, "type": avro_partition_type(p.iceberg_type), "default": None, "field-id": p.field_id}
+        for p in spec]}
+    data_file = {"type": "record", "name": "r2", "fields": [
+        {"name": "content", "type": "int", "field-id": 134},
+        {"name": "file_path", "type": "string", "field-id": 100},
+        {"name": "file_format", "type": "string", "field-id": 101},
+        {"name": "partition", "type": partition, "field-id": 102},
+        {"name": "record_count", "type": "long", "field-id": 103},
+        {"name": "file_size_in_bytes", "type": "long", "field-id": 104},
+        {"name": "null_value_counts", "type": _optional(_map("k121_v122", 121, 122, "long")),
+         "default": None, "field-id": 110},
+        {"name": "lower_bounds", "type": _optional(_map("k126_v127", 126, 127, "bytes")),
+         "default": None, "field-id": 125},
+        {"name": "upper_bounds", "type": _optional(_map("k129_v130", 129, 130, "bytes")),
+         "default": None, "field-id": 128},
+        {"name": "referenced_data_file", "type": _optional("string"), "default": None, "field-id": 143},
+    ]}
+    return {"type": "record", "name": "manifest_entry", "fields": [
+        {"name": "status", "type": "int", "field-id": 0},
+        {"name": "snapshot_id", "type": _optional("long"), "default": None, "field-id": 1},
+        {"name": "sequence_number", "type": _optional("long"), "default": None, "field-id": 3},
+        {"name": "file_sequence_number", "type": _optional("long"), "default": None, "field-id": 4},
+        {"name": "data_file", "type": data_file, "field-id": 2},
+    ]}
+
+
+MANIFEST_FILE_SCHEMA: dict[str, Any] = {"type": "record", "name": "manifest_file", "fields": [
+    {"name": "manifest_path", "type": "string", "field-id": 500},
+    {"name": "manifest_length", "type": "long", "field-id": 501},
+    {"name": "partition_spec_id", "type": "int", "field-id": 502},
+    {"name": "content", "type": "int", "field-id": 517},
+    {"name": "sequence_number", "type": "long", "field-id": 515},
+    {"name": "min_sequence_number", "type": "long", "field-id": 516},
+    {"name": "added_snapshot_id", "type": "long", "field-id": 503},
+    {"name": "added_files_count", "type": "int", "field-id": 504},
+    {"name": "existing_files_count", "type": "int", "field-id": 505},
+    {"name": "deleted_files_count", "type": "int", "field-id": 506},
+    {"name": "added_rows_count", "type": "long", "field-id": 512},
+    {"name": "existing_rows_count", "type": "long", "field-id": 513},
+    {"name": "deleted_rows_count", "type": "long", "field-id": 514},
+    {"name": "partitions", "type": _optional({"type": "array", "element-id": 508, "items": {
+        "type": "record", "name": "r508", "fields": [
+            {"name": "contains_null", "type": "boolean", "field-id": 509},
+            {"name": "contains_nan", "type": _optional("boolean"), "default": None, "field-id": 518},
+            {"name": "lower_bound", "type": _optional("bytes"), "default": None, "field-id": 510},
+            {"name": "upper_bound", "type": _optional("bytes"), "default": None, "field-id": 511}]}}),
+     "default": None, "field-id": 507},
+]}
+_MANIFEST_FILE_WRITER = fastavro.parse_schema(strip_logical_types(MANIFEST_FILE_SCHEMA))
+
+
+def _pairs(values: dict[int, Any]) -> list[dict[str, Any]] | None:
+    return [{"key": k, "value": v} for k, v in sorted(values.items())] or None
+
+
+def encode_manifest(entries: Iterable[Entry], spec: Sequence[PartitionField], spec_json: list[dict[str, Any]],
+                    schema: dict[str, Any], content: int, compression: str) -> bytes:
+    avro = entry_schema(spec)
+    records = ({
+        "status": e.status, "snapshot_id": e.snapshot_id, "sequence_number": e.sequence_number,
+        "file_sequence_number": e.sequence_number,
+        "data_file": {
+            "content": e.file.content, "file_path": e.file.path, "file_format": "PARQUET",
+            "partition": {p.name: avro_partition_value(v, p.iceberg_type)
+                          for p, v in zip(spec, e.file.partition, strict=True)},
+            "record_count": e.file.record_count, "file_size_in_bytes": e.file.file_size,
+            "null_value_counts": _pairs(e.file.null_counts), "lower_bounds": _pairs(e.file.lower_bounds),
+            "upper_bounds": _pairs(e.file.upper_bounds), "referenced_data_file": e.file.referenced_data_file,
+        }} for e in entries)
+    metadata = {"schema": json.dumps(schema), "schema-id": str(schema["schema-id"]),
+                "partition-spec": json.dumps(spec_json), "partition-spec-id": "0",
+                "format-version": str(FORMAT_VERSION), "content": "deletes" if content == DELETES else "data"}
+    return write_container(avro, fastavro.parse_schema(strip_logical_types(avro)), records, compression,
+                           metadata=metadata)
+
+
+def encode_manifest_list(manifests: Iterable[ManifestFile], snapshot_id: int, parent_id: int | None,
+                         sequence_number: int, compression: str) -> bytes:
+    records = ({
+        "manifest_path": m.path, "manifest_length": m.length, "partition_spec_id": 0, "content": m.content,
+        "sequence_number": m.sequence_number, "min_sequence_number": m.min_sequence_number,
+        "added_snapshot_id": m.added_snapshot_id, "added_files_count": m.added_files,
+        "existing_files_count": m.existing_files, "deleted_files_count": 0, "added_rows_count": m.added_rows,
+        "existing_rows_count": m.existing_rows, "deleted_rows_count": 0, "partitions": m.partitions,
+    } for m in manifests)
+    metadata = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": "null" if parent_id is None else str(parent_id),
+                "sequence-number": str(sequence_number), "format-version": str(FORMAT_VERSION)}
+    return write_container(MANIFEST_FILE_SCHEMA, _MANIFEST_FILE_WRITER, records, compression, metadata=metadata)
+
+
+def decode_manifest_list(data: bytes, where: str) -> list[ManifestFile]:
+    return [ManifestFile(r["manifest_path"], r["manifest_length"], r["content"], r["sequence_number"],
+                         r["min_sequence_number"], r["added_snapshot_id"], r["added_files_count"],
+                         r["existing_files_count"], r["added_rows_count"], r["existing_rows_count"],
+                         r["partitions"] or [])
+            for r in read_container(data, where)]
+
+
+def decode_entries(data: bytes, spec: Sequence[PartitionField], where: str) -> list[Entry]:
+    """Entries of a manifest this module wrote (partition values come back physical)."""
+    out = []
+    for r in read_container(data, where):
+        f = r["data_file"]
+        partition = tuple(_physical(f["partition"].get(p.name), p.iceberg_type) for p in spec)
+        out.append(Entry(r["status"], r["snapshot_id"], r["sequence_number"], DataFile(
+            f["content"], f["file_path"], partition, f["record_count"], f["file_size_in_bytes"],
+            {p["key"]: p["value"] for p in f.get("null_value_counts") or []},
+            {p["key"]: p["value"] for p in f.get("lower_bounds") or []},
+            {p["key"]: p["value"] for p in f.get("upper_bounds") or []}, f.get("referenced_data_file"))))
+    return out
+
+
+def _physical(value: Any, iceberg: str) -> Any:
+    if value is not None and iceberg.startswith("decimal"):
+        return int.from_bytes(value, "big", signed=True)
+    return value

@@ -1,0 +1,442 @@
+"""Iceberg metadata for a Paimon table, written after each snapshot as Paimon's Iceberg
+compatibility (``metadata.iceberg.storage``) does, over the same Parquet files.
+
+What an Iceberg reader sees: an append table's every file; a primary-key table's top level
+(fully merged); a deletion-vector table's every file above level 0 plus, for each deletion-vector
+index file, a position-delete file (format version 2) holding the same positions.
+
+Layout (``table-location``): ``<table>/metadata/v<N>.metadata.json`` for Paimon snapshot N and
+``version-hint.text`` holding N; ``hadoop-catalog`` puts the same under
+``<warehouse>/iceberg/<db>/<table>/``. Iceberg snapshot ids and sequence numbers equal Paimon's
+snapshot ids, so ``FOR VERSION AS OF n`` is Paimon's snapshot n.
+
+Cost: an APPEND snapshot adds one manifest and carries the previous manifests forward; any other
+snapshot (compaction, overwrite, changed deletion vectors) rewrites the manifests of the visible
+files, and position-delete files are written once per index file and reused while it lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from strata.deletionvectors import read_vectors
+from strata.deletionvectors.index_file import index_path
+from strata.format import binary_row
+from strata.iceberg import manifests as im
+from strata.iceberg.types import as_iceberg_value, bound_bytes, iceberg_type, schema_json
+from strata.manifest.data_file_meta import DataFileMeta
+from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
+from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
+from strata.schema.table_schema import TableSchema
+from strata.snapshot.snapshot import CommitKind, Snapshot
+
+if TYPE_CHECKING:
+    from strata.table.table import Table
+
+log = logging.getLogger(__name__)
+
+VERSION_HINT = "version-hint.text"
+MANIFEST_CHUNK = 20_000  # entries per manifest of a full rewrite (bounds each file's size)
+_OPERATIONS = {CommitKind.APPEND: "append", CommitKind.COMPACT: "replace", CommitKind.OVERWRITE: "overwrite"}
+_DELETE_FILE_SCHEMA = pa.schema([
+    pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(im.FILE_PATH_ID).encode()}),
+    pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(im.POS_ID).encode()})])
+
+
+def enabled(table: Table) -> bool:
+    return str(table.core.get("metadata.iceberg.storage")) != "disabled"
+
+
+def table_location(table: Table) -> str:
+    """Where the Iceberg table lives (its ``location``); metadata goes to ``<location>/metadata``."""
+    if table.core.get("metadata.iceberg.storage") == "hadoop-catalog":
+        warehouse = table.path.rsplit("/", 2)[0]
+        return f"{warehouse}/iceberg/{table.identifier.database}/{table.identifier.table}"
+    return table.path
+
+
+def latest_metadata_location(table: Table) -> str | None:
+    """The newest ``v<N>.metadata.json`` of the table, or None before the first sync."""
+    metadata_dir = _uri(f"{table_location(table)}/metadata")
+    version = _read_hint(table, metadata_dir)
+    return None if version is None else f"{metadata_dir}/v{version}.metadata.json"
+
+
+def sync_after_commit(table: Table) -> None:
+    """The commit's follow-up: publish Iceberg metadata for the latest snapshot. A failure never
+    fails the (already durable) commit; the next commit or ``strata iceberg sync`` catches up."""
+    if not enabled(table):
+        return
+    try:
+        IcebergSync(table).sync()
+    except Exception:
+        log.warning("table %s: Iceberg metadata sync failed", table.identifier, exc_info=True)
+
+
+def _read_hint(table: Table, metadata_dir: str) -> int | None:
+    try:
+        return int(table.file_io.read_bytes(f"{metadata_dir}/{VERSION_HINT}").decode().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _uri(path: str) -> str:
+    return path if "://" in path else f"file://{path}"
+
+
+@dataclass
+class SyncResult:
+    snapshot_id: int | None
+    metadata_location: str | None
+    full_rewrite: bool = False
+    data_files: int = 0
+    delete_files: int = 0
+
+
+class IcebergSync:
+    """Builds and publishes the Iceberg metadata of one table's latest snapshot."""
+
+    def __init__(self, table: Table):
+        self.table = table
+        self.file_io = table.file_io
+        self.location = table_location(table)
+        self.dir = _uri(f"{self.location}/metadata")
+        self.schema = table.schema
+        self.primary_key = bool(table.schema.primary_keys)
+        self.deletion_vectors = bool(table.core.get("deletion-vectors.enabled"))
+        self.compression = str(table.core.get("metadata.iceberg.manifest-compression"))
+        self.spec = [im.PartitionField(f.name, f.id, 1000 + i, iceberg_type(f.type, f.name))
+                     for i, f in enumerate(table.schema.partition_fields())]
+        self.iceberg_schema = schema_json(table.schema)
+        self.prefix = uuid.uuid4().hex
+        self._written = 0
+
+    # -- entry point -------------------------------------------------------------------------------
+    def sync(self) -> SyncResult:
+        snapshot = self.table.snapshot_manager.latest()
+        if snapshot is None:
+            return SyncResult(None, None)
+        previous_id = _read_hint(self.table, self.dir)
+        if previous_id is not None and previous_id >= snapshot.id:
+            return SyncResult(previous_id, f"{self.dir}/v{previous_id}.metadata.json")
+        previous = self._load(previous_id)
+        self.file_io.mkdirs(self.dir)
+        manifest_list, full, counts = self._manifest_list(snapshot, previous)
+        metadata = self._metadata(snapshot, previous, manifest_list, counts)
+        location = f"{self.dir}/v{snapshot.id}.metadata.json"
+        if not self.file_io.write_new(location, json.dumps(metadata, indent=1).encode()):
+            return SyncResult(snapshot.id, location)  # a concurrent sync published this version
+        if (_read_hint(self.table, self.dir) or 0) < snapshot.id:
+            self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(snapshot.id).encode())
+        if previous is not None:
+            self._clean(previous, metadata)
+        return SyncResult(snapshot.id, location, full, counts["total-data-files"], counts["total-delete-files"])
+
+    def _load(self, version: int | None) -> dict[str, Any] | None:
+        if version is None:
+            return None
+        try:
+            return dict(json.loads(self.file_io.read_bytes(f"{self.dir}/v{version}.metadata.json")))
+        except FileNotFoundError:
+            return None
+
+    # -- manifests ---------------------------------------------------------------------------------
+    def _manifest_list(self, snapshot: Snapshot, previous: dict[str, Any] | None
+                       ) -> tuple[str, bool, dict[str, int]]:
+        carried = self._append_delta(snapshot, previous)
+        if carried is not None:
+            manifests, added = carried
+            full = False
+        else:
+            manifests, added = self._full(snapshot, previous), []
+            full = True
+        manifests = manifests + added
+        counts = {"total-data-files": sum(m.added_files + m.existing_files for m in manifests if m.content == im.DATA),
+                  "total-records": sum(m.added_rows + m.existing_rows for m in manifests if m.content == im.DATA),
+                  "total-delete-files": sum(m.added_files + m.existing_files for m in manifests
+                                            if m.content == im.DELETES),
+                  "total-position-deletes": sum(m.added_rows + m.existing_rows for m in manifests
+                                                if m.content == im.DELETES),
+                  "added-data-files": sum(m.added_files for m in added) if not full else 0}
+        parent = self._current_id(previous)
+        path = f"{self.dir}/snap-{snapshot.id}-{self.prefix}.avro"
+        self.file_io.write_bytes(path, im.encode_manifest_list(manifests, snapshot.id, parent, snapshot.id,
+                                                               self.compression))
+        return path, full, counts
+
+    def _append_delta(self, snapshot: Snapshot, previous: dict[str, Any] | None
+                      ) -> tuple[list[im.ManifestFile], list[im.ManifestFile]] | None:
+        """An APPEND right after the previously synced snapshot: its visible new files in one new
+        manifest, the previous manifests carried forward. None when a full rewrite is needed."""
+        if previous is None or snapshot.commit_kind != CommitKind.APPEND or \
+                self._current_id(previous) != snapshot.id - 1 or snapshot.schema_id != previous["current-schema-id"]:
+            return None
+        store = self.table.manifest_store
+        delta = merge_entries(store.read_entries(store.read_manifest_list(snapshot.delta_manifest_list)))
+        if any(e.kind != FileKind.ADD for e in delta):
+            return None
+        if self.deletion_vectors and self._index_changed(snapshot):
+            return None
+        visible = self._visible(delta)
+        carried = self._read_manifest_list(self._current(previous)["manifest-list"])
+        if not visible:
+            return carried, []
+        entries = [im.Entry(im.ADDED, snapshot.id, snapshot.id, self._data_file(e)) for e in visible]
+        return carried, [self._write_manifest(entries, im.DATA, snapshot.id)]
+
+    def _index_changed(self, snapshot: Snapshot) -> bool:
+        parent = self.table.snapshot_manager.snapshot(snapshot.id - 1)
+        return parent.index_manifest != snapshot.index_manifest
+
+    def _full(self, snapshot: Snapshot, previous: dict[str, Any] | None) -> list[im.ManifestFile]:
+        from strata.scan.planner import TableScan
+
+        visible = self._visible(TableScan(self.table, snapshot_id=snapshot.id).plan_entries(snapshot))
+        out = []
+        for start in range(0, len(visible), MANIFEST_CHUNK):
+            entries = [im.Entry(im.ADDED, snapshot.id, snapshot.id, self._data_file(e))
+                       for e in visible[start:start + MANIFEST_CHUNK]]
+            out.append(self._write_manifest(entries, im.DATA, snapshot.id))
+        if self.deletion_vectors:
+            deletes = self._delete_files(snapshot, visible, previous)
+            if deletes:
+                out.append(self._write_manifest([im.Entry(im.ADDED, snapshot.id, snapshot.id, f) for f in deletes],
+                                                im.DELETES, snapshot.id))
+        return out
+
+    def _visible(self, entries: Sequence[ManifestEntry]) -> list[ManifestEntry]:
+        """The files an Iceberg reader may read without merging."""
+        if not self.primary_key:
+            return list(entries)
+        if self.deletion_vectors:
+            return [e for e in entries if e.file.level > 0]
+        top = self.table.core.num_levels - 1
+        return [e for e in entries if e.file.level == top]
+
+    def _write_manifest(self, entries: list[im.Entry], content: int, snapshot_id: int) -> im.ManifestFile:
+        self._written += 1
+        path = f"{self.dir}/{self.prefix}-s{snapshot_id}-m{self._written}.avro"
+        data = im.encode_manifest(entries, self.spec, self._spec_json(), self.iceberg_schema, content,
+                                  self.compression)
+        self.file_io.write_bytes(path, data)
+        return im.ManifestFile(path, len(data), content, snapshot_id, snapshot_id, snapshot_id, len(entries), 0,
+                               sum(e.file.record_count for e in entries), 0, self._summaries(entries))
+
+    def _read_manifest_list(self, path: str) -> list[im.ManifestFile]:
+        return im.decode_manifest_list(self.file_io.read_bytes(path), path)
+
+    def _summaries(self, entries: list[im.Entry]) -> list[dict[str, Any]]:
+        out = []
+        for i, p in enumerate(self.spec):
+            values = [e.file.partition[i] for e in entries]
+            present = [v for v in values if v is not None]
+            out.append({"contains_null": len(present) < len(values), "contains_nan": False,
+                        "lower_bound": bound_bytes(min(present), p.iceberg_type) if present else None,
+                        "upper_bound": bound_bytes(max(present), p.iceberg_type) if present else None})
+        return out
+
+    def _spec_json(self) -> list[dict[str, Any]]:
+        return [{"name": p.name, "transform": "identity", "source-id": p.source_id, "field-id": p.field_id}
+                for p in self.spec]
+
+    # -- files -------------------------------------------------------------------------------------
+    def _partition(self, partition: bytes) -> tuple[Any, ...]:
+        fields = self.schema.partition_fields()
+        if not fields:
+            return ()
+        types = [f.type.to_arrow() for f in fields]
+        values = binary_row.deserialize(partition, types)
+        return tuple(as_iceberg_value(v, t) for v, t in zip(values, types, strict=True))
+
+    def _path(self, entry: ManifestEntry) -> str:
+        if entry.file.external_path:
+            return _uri(entry.file.external_path)
+        fields = self.schema.partition_fields()
+        values = binary_row.deserialize(entry.partition, [f.type.to_arrow() for f in fields]) if fields else []
+        bucket_dir = self.table.paths.bucket_dir(self.table.partition_dir(values), entry.bucket)
+        return _uri(f"{bucket_dir}/{entry.file.file_name}")
+
+    def _data_file(self, entry: ManifestEntry) -> im.DataFile:
+        f = entry.file
+        null_counts, lower, upper = self._stats(f)
+        return im.DataFile(0, self._path(entry), self._partition(entry.partition), f.row_count, f.file_size,
+                           null_counts, lower, upper)
+
+    def _stats(self, f: DataFileMeta) -> tuple[dict[int, int], dict[int, bytes], dict[int, bytes]]:
+        """Column null counts and bounds by field id, for the columns whose type is unchanged."""
+        if f.value_stats.is_empty():
+            return {}, {}, {}
+        file_schema: TableSchema = self.table.schema_at(f.schema_id)
+        names = f.value_stats_cols if f.value_stats_cols is not None else file_schema.field_names
+        fields = [file_schema.field(n) for n in names]
+        types = [fd.type.to_arrow() for fd in fields]
+        try:
+            mins = binary_row.deserialize(f.value_stats.min_values, types)
+            maxs = binary_row.deserialize(f.value_stats.max_values, types)
+        except ValueError:  # collections have no min/max slots: keep only the null counts
+            mins = maxs = [None] * len(fields)
+        current = {fd.id: fd for fd in self.schema.fields}
+        null_counts: dict[int, int] = {}
+        lower: dict[int, bytes] = {}
+        upper: dict[int, bytes] = {}
+        for fd, arrow_type, low, high, nulls in zip(fields, types, mins, maxs, f.value_stats.null_counts,
+                                                    strict=True):
+            now = current.get(fd.id)
+            if now is None or now.type.root != fd.type.root or now.type.to_arrow() != arrow_type:
+                continue
+            if nulls is not None:
+                null_counts[fd.id] = nulls
+            if low is not None and high is not None and not now.type.is_nested:
+                kind = iceberg_type(now.type, now.name)
+                lower[fd.id] = bound_bytes(as_iceberg_value(low, arrow_type), kind)
+                upper[fd.id] = bound_bytes(as_iceberg_value(high, arrow_type), kind)
+        return null_counts, lower, upper
+
+    def _delete_files(self, snapshot: Snapshot, visible: list[ManifestEntry],
+                      previous: dict[str, Any] | None) -> list[im.DataFile]:
+        """One position-delete file per live deletion-vector index file, reused once written."""
+        index = [e for e in self.table.manifest_store.read_index_manifest(snapshot.index_manifest)
+                 if e.index_type == INDEX_TYPE_DELETION_VECTORS and e.dv_ranges]
+        if not index:
+            return []
+        paths = {(e.partition, e.bucket, e.file.file_name): self._path(e) for e in visible}
+        known = self._previous_delete_files(previous)
+        out = []
+        for entry in index:
+            target = _uri(f"{self.dir}/{entry.file_name}-deletes.parquet")
+            reused = known.get(target)
+            out.append(reused if reused is not None else self._write_delete_file(entry, target, paths))
+        return out
+
+    def _previous_delete_files(self, previous: dict[str, Any] | None) -> dict[str, im.DataFile]:
+        if previous is None or self._current_id(previous) is None:
+            return {}
+        out = {}
+        for m in self._read_manifest_list(self._current(previous)["manifest-list"]):
+            if m.content == im.DELETES:
+                for e in im.decode_entries(self.file_io.read_bytes(m.path), self.spec, m.path):
+                    out[e.file.path] = e.file
+        return out
+
+    def _write_delete_file(self, entry: IndexManifestEntry, target: str,
+                           paths: dict[tuple[bytes, int, str], str]) -> im.DataFile:
+        source = index_path(self.table.path, entry.file_name, entry.external_path)
+        vectors = read_vectors(self.file_io, source, entry.dv_ranges or [])
+        rows = sorted((paths[(entry.partition, entry.bucket, name)], vector)
+                      for name, vector in vectors.items() if (entry.partition, entry.bucket, name) in paths)
+        file_paths = pa.array([p for p, v in rows for _ in range(len(v))], pa.string()) if rows else \
+            pa.array([], pa.string())
+        positions = pa.array([pos for _, v in rows for pos in v.positions()], pa.int64()) if rows else \
+            pa.array([], pa.int64())
+        table = pa.Table.from_arrays([file_paths, positions], schema=_DELETE_FILE_SCHEMA)
+        with self.file_io.arrow_fs()[0].open_output_stream(self.file_io.arrow_path(target)) as out:
+            pq.write_table(table, out)
+        size = self.file_io.file_size(target)
+        referenced = rows[0][0] if len(rows) == 1 else None
+        lower = {im.FILE_PATH_ID: rows[0][0].encode()} if rows else {}
+        upper = {im.FILE_PATH_ID: rows[-1][0].encode()} if rows else {}
+        return im.DataFile(1, target, self._partition(entry.partition), table.num_rows, size, {}, lower, upper,
+                           referenced)
+
+    # -- table metadata ----------------------------------------------------------------------------
+    @staticmethod
+    def _current_id(previous: dict[str, Any] | None) -> int | None:
+        if previous is None:
+            return None
+        current = previous.get("current-snapshot-id")
+        return None if current in (None, -1) else int(current)
+
+    @staticmethod
+    def _current(previous: dict[str, Any]) -> dict[str, Any]:
+        current = previous["current-snapshot-id"]
+        return next(s for s in previous["snapshots"] if s["snapshot-id"] == current)
+
+    def _metadata(self, snapshot: Snapshot, previous: dict[str, Any] | None, manifest_list: str,
+                  counts: dict[str, int]) -> dict[str, Any]:
+        earliest = self.table.snapshot_manager.earliest_id() or snapshot.id
+        kept = [s for s in (previous or {}).get("snapshots", []) if s["snapshot-id"] >= earliest]
+        summary = {"operation": _OPERATIONS.get(snapshot.commit_kind, "overwrite"),
+                   **{k: str(v) for k, v in counts.items()}}
+        parent = self._current_id(previous)
+        new = {"snapshot-id": snapshot.id, "sequence-number": snapshot.id, "timestamp-ms": snapshot.time_millis,
+               "manifest-list": manifest_list, "summary": summary, "schema-id": snapshot.schema_id}
+        if parent is not None and any(s["snapshot-id"] == parent for s in kept):
+            new["parent-snapshot-id"] = parent
+        snapshots = [*kept, new]
+        schemas = [s for s in (previous or {}).get("schemas", []) if s["schema-id"] != self.schema.id]
+        metadata_log = list((previous or {}).get("metadata-log", []))
+        if previous is not None and parent is not None:
+            metadata_log.append({"timestamp-ms": previous["last-updated-ms"],
+                                 "metadata-file": f"{self.dir}/v{parent}.metadata.json"})
+        keep_versions = int(self.table.core.get("metadata.iceberg.previous-versions-max"))
+        metadata_log = metadata_log[len(metadata_log) - keep_versions:] if keep_versions else []
+        return {
+            "format-version": im.FORMAT_VERSION,
+            "table-uuid": (previous or {}).get("table-uuid") or str(uuid.uuid4()),
+            "location": _uri(self.location),
+            "last-sequence-number": snapshot.id,
+            "last-updated-ms": snapshot.time_millis,
+            "last-column-id": max(self.schema.highest_field_id, 0),
+            "current-schema-id": self.schema.id,
+            "schemas": [*schemas, self.iceberg_schema],
+            "default-spec-id": 0,
+            "partition-specs": [{"spec-id": 0, "fields": self._spec_json()}],
+            "last-partition-id": 999 + len(self.spec),
+            "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": {"write.format.default": "parquet", "paimon.snapshot-id": str(snapshot.id)},
+            "current-snapshot-id": snapshot.id,
+            "refs": {"main": {"snapshot-id": snapshot.id, "type": "branch"}},
+            "snapshots": snapshots,
+            "snapshot-log": [{"timestamp-ms": s["timestamp-ms"], "snapshot-id": s["snapshot-id"]} for s in snapshots],
+            "metadata-log": metadata_log,
+            "statistics": [],
+            "partition-statistics": [],
+        }
+
+    # -- expiry ------------------------------------------------------------------------------------
+    def _clean(self, previous: dict[str, Any], metadata: dict[str, Any]) -> None:
+        """Files only expired Iceberg snapshots used, and metadata versions past the kept ones.
+        A manifest is carried forward over a contiguous run of snapshots, so one the oldest kept
+        snapshot does not list is used by no kept snapshot."""
+        kept_ids = {s["snapshot-id"] for s in metadata["snapshots"]}
+        dropped = [s for s in previous.get("snapshots", []) if s["snapshot-id"] not in kept_ids]
+        if dropped:
+            oldest = min(metadata["snapshots"], key=lambda s: s["snapshot-id"])
+            still_used = self._referenced(oldest["manifest-list"]) | self._referenced(
+                metadata["snapshots"][-1]["manifest-list"])
+            for snap in dropped:
+                for path in self._referenced(snap["manifest-list"]) - still_used:
+                    self._delete(path)
+                self._delete(snap["manifest-list"])
+        if self.table.core.get("metadata.iceberg.delete-after-commit.enabled"):
+            logged = {e["metadata-file"] for e in metadata["metadata-log"]}
+            for entry in [*previous.get("metadata-log", []),
+                          {"metadata-file": f"{self.dir}/v{self._current_id(previous)}.metadata.json"}]:
+                if entry["metadata-file"] not in logged:
+                    self._delete(entry["metadata-file"])
+
+    def _referenced(self, manifest_list: str) -> set[str]:
+        """The manifests and position-delete files one manifest list reaches."""
+        try:
+            manifests = self._read_manifest_list(manifest_list)
+        except FileNotFoundError:
+            return set()
+        out = {m.path for m in manifests}
+        for m in manifests:
+            if m.content == im.DELETES:
+                out |= {e.file.path for e in im.decode_entries(self.file_io.read_bytes(m.path), self.spec, m.path)}
+        return out
+
+    def _delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.file_io.delete(path)

@@ -1,0 +1,131 @@
+"""Paimon types and values as Iceberg sees them: schema JSON, single-value bound serialization and
+the Avro encoding of partition values (the Iceberg spec's appendices B and D)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from strata.schema.table_schema import TableSchema
+from strata.schema.types import DataField, DataType, UnsupportedTypeError
+
+_EPOCH = dt.date(1970, 1, 1)
+# Paimon roots Iceberg has a type for (TINYINT / SMALLINT widen to int, as Paimon's export does)
+_PRIMITIVES = {
+    "BOOLEAN": "boolean", "TINYINT": "int", "SMALLINT": "int", "INT": "int", "INTEGER": "int",
+    "BIGINT": "long", "FLOAT": "float", "DOUBLE": "double", "DATE": "date",
+    "CHAR": "string", "VARCHAR": "string", "STRING": "string", "BINARY": "binary", "VARBINARY": "binary",
+    "BYTES": "binary",
+}
+
+
+def iceberg_type(data_type: DataType, column: str) -> str:
+    """The Iceberg primitive type of a Paimon column type; collections and TIME are refused by name."""
+    root = data_type.root
+    if root in _PRIMITIVES:
+        return _PRIMITIVES[root]
+    if root == "DECIMAL":
+        return f"decimal({data_type.precision}, {data_type.scale})"
+    if root == "TIMESTAMP" and (data_type.precision or 0) <= 6:
+        return "timestamp"
+    if root == "TIMESTAMP_LTZ" and (data_type.precision or 0) <= 6:
+        return "timestamptz"
+    raise UnsupportedTypeError(f"column {column!r} of type {data_type} has no Iceberg equivalent Strata "
+                               f"exports (supported: atomic types; TIMESTAMP up to precision 6)")
+
+
+def schema_json(schema: TableSchema) -> dict[str, Any]:
+    """The Iceberg schema of a Paimon schema: same field ids and names; primary keys are identifiers."""
+    keys = set(schema.primary_keys)
+    out: dict[str, Any] = {"type": "struct", "schema-id": schema.id,
+                           "fields": [_field_json(f) for f in schema.fields]}
+    if keys:
+        out["identifier-field-ids"] = [f.id for f in schema.fields if f.name in keys]
+    return out
+
+
+def _field_json(f: DataField) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": f.id, "name": f.name, "required": not f.type.nullable,
+                           "type": iceberg_type(f.type, f.name)}
+    if f.description:
+        out["doc"] = f.description
+    return out
+
+
+# -- values ------------------------------------------------------------------------------------
+
+def as_iceberg_value(value: Any, arrow_type: pa.DataType) -> Any:
+    """A Python value (as Strata decodes it) in Iceberg's physical form: days, micros, unscaled."""
+    if value is None:
+        return None
+    if pa.types.is_date(arrow_type):
+        return (value - _EPOCH).days
+    if pa.types.is_timestamp(arrow_type):
+        micros_type = pa.timestamp("us", tz=arrow_type.tz)
+        return pa.scalar(value, arrow_type).cast(micros_type).value
+    if pa.types.is_decimal(arrow_type):
+        return int(Decimal(value).scaleb(arrow_type.scale))
+    return value
+
+
+def bound_bytes(value: Any, iceberg: str) -> bytes:
+    """Iceberg's single-value binary serialization of a physical value."""
+    if iceberg == "boolean":
+        return b"\x01" if value else b"\x00"
+    if iceberg in ("int", "date"):
+        return struct.pack("<i", value)
+    if iceberg in ("long", "timestamp", "timestamptz"):
+        return struct.pack("<q", value)
+    if iceberg == "float":
+        return struct.pack("<f", value)
+    if iceberg == "double":
+        return struct.pack("<d", value)
+    if iceberg == "string":
+        return value.encode("utf-8")
+    if iceberg == "binary":
+        return bytes(value)
+    if iceberg.startswith("decimal"):
+        return _unscaled_bytes(value)
+    raise UnsupportedTypeError(f"no Iceberg bound encoding for {iceberg}")
+
+
+def _unscaled_bytes(unscaled: int) -> bytes:
+    """Big-endian two's complement in the fewest bytes (what Java's BigInteger.toByteArray gives)."""
+    length = max(1, (unscaled + (unscaled < 0)).bit_length() // 8 + 1)
+    return unscaled.to_bytes(length, "big", signed=True)
+
+
+def avro_partition_type(iceberg: str) -> Any:
+    """The Avro type of an identity-partition value of this Iceberg type (optional: nulls allowed)."""
+    if iceberg == "date":
+        base: Any = {"type": "int", "logicalType": "date"}
+    elif iceberg in ("timestamp", "timestamptz"):
+        base = {"type": "long", "logicalType": "timestamp-micros", "adjust-to-utc": iceberg == "timestamptz"}
+    elif iceberg.startswith("decimal"):
+        precision, scale = (int(p) for p in iceberg[len("decimal("):-1].split(","))
+        base = {"type": "fixed", "name": f"decimal_{precision}_{scale}", "size": _decimal_size(precision),
+                "logicalType": "decimal", "precision": precision, "scale": scale}
+    else:
+        base = {"boolean": "boolean", "int": "int", "long": "long", "float": "float", "double": "double",
+                "string": "string", "binary": "bytes"}[iceberg]
+    return ["null", base]
+
+
+def avro_partition_value(value: Any, iceberg: str) -> Any:
+    """A physical partition value as the Avro writer wants it (decimals as fixed-size bytes)."""
+    if value is None or not iceberg.startswith("decimal"):
+        return value
+    precision = int(iceberg[len("decimal("):-1].split(",", maxsplit=1)[0])
+    return value.to_bytes(_decimal_size(precision), "big", signed=True)
+
+
+def _decimal_size(precision: int) -> int:
+    """Bytes needed for an unscaled decimal of `precision` digits (Iceberg's fixed width)."""
+    size = 1
+    while 2 ** (8 * size - 1) <= 10**precision:
+        size += 1
+    return size
