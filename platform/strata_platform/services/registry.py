@@ -11,6 +11,7 @@ SERVICES: dict[str, str] = {
     "minio": "strata_platform.services.minio:MinioService",
     "postgres": "strata_platform.services.postgres:PostgresService",
     "kafka": "strata_platform.services.kafka:KafkaService",
+    "iceberg_rest": "strata_platform.services.iceberg_rest:IcebergRestService",
     "trino": "strata_platform.services.trino:TrinoService",
     "prometheus": "strata_platform.services.prometheus:PrometheusService",
     "spark": "strata_platform.services.spark:SparkService",

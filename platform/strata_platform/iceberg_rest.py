@@ -1,0 +1,544 @@
+"""An Iceberg REST catalog over a Strata warehouse (read-only): ``python -m strata_platform.iceberg_rest``.
+
+Query engines that speak Iceberg (Trino's ``iceberg`` connector with ``iceberg.catalog.type=rest``,
+Spark, PyIceberg...) read Strata tables through the Iceberg metadata Strata writes beside each table
+(``strata.iceberg``; table option ``metadata.iceberg.storage``). This server maps the catalog onto
+the REST spec: namespaces are Strata databases, tables are the Strata tables that have Iceberg
+metadata, and loading a table returns its newest ``v<N>.metadata.json`` (the one
+``version-hint.text`` names). It never writes: every change goes through Strata.
+
+Endpoints (HTTP, JSON; errors in the spec's error model ``{"error": {"message", "type", "code"}}``):
+
+``GET  /v1/config``                                      defaults, overrides, the endpoints served
+``GET  /v1/namespaces[?parent=&pageToken=]``             Strata databases (one page)
+``GET  /v1/namespaces/{namespace}``                      a database (404 NoSuchNamespaceException)
+``HEAD /v1/namespaces/{namespace}``                      204 / 404
+``GET  /v1/namespaces/{namespace}/tables[?pageToken=]``  tables with Iceberg metadata
+``GET  /v1/namespaces/{namespace}/tables/{table}[?snapshots=all|refs]``
+                                                         ``metadata-location``, ``metadata``, ``config``
+``HEAD /v1/namespaces/{namespace}/tables/{table}``       204 / 404 (NoSuchTableException)
+``GET  /v1/namespaces/{namespace}/views``                always empty (Strata has no views)
+``GET|HEAD /v1/namespaces/{namespace}/views/{view}``     404 NoSuchViewException
+``GET  /health``                                         200 when the catalog lists its databases
+``GET  /metrics``                                        Prometheus metrics
+
+Writes to any of these paths answer 406 UnsupportedOperationException (the catalog is read-only);
+a path that is none of them, or a malformed one, 400 BadRequestException. An unexpected failure
+answers 500 with the exception's class only; the trace goes to the server's log.
+
+Configuration (environment; flags win): ``STRATA_WAREHOUSE`` (``--warehouse``),
+``STRATA_CATALOG_OPTIONS``, ``STRATA_JDBC_URI`` / ``_USER`` / ``_PASSWORD`` (the JDBC catalog) and
+the AWS variables for S3, as every Strata service (``strata_platform.serve``);
+``STRATA_ICEBERG_REST_HOST`` (``--host``, default 127.0.0.1), ``STRATA_ICEBERG_REST_PORT``
+(``--port``, default 19192; 0 picks a free port); ``STRATA_ICEBERG_REST_TOKEN`` (or
+``STRATA_ICEBERG_REST_TOKEN_FILE``): when set, every endpoint but ``/health`` and ``/metrics``
+needs ``Authorization: Bearer <token>`` (401 NotAuthorizedException otherwise; the token is never
+logged); ``STRATA_ICEBERG_REST_VEND_S3=true`` passes the S3 endpoint, region and credentials the
+server itself uses to clients in each loaded table's ``config`` (Iceberg's ``s3.*`` properties),
+off by default; ``STRATA_LOG_LEVEL``. SIGTERM and SIGINT stop it (exit 0). It prints
+``strata iceberg rest catalog ready on http://HOST:PORT`` once it serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import importlib
+import inspect
+import json
+import logging
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote_plus, urlsplit
+
+import prometheus_client as prom
+
+from strata.catalog import Catalog, Identifier
+from strata.errors import DatabaseNotFoundError, TableNotFoundError
+from strata.fs import FileIO
+from strata.table.table import Table
+
+log = logging.getLogger("strata.iceberg_rest")
+
+DEFAULT_PORT = 19192
+NAMESPACE_SEPARATOR = "\x1f"  # the spec's separator of multi-level namespace parts (%1F)
+STORAGE_OPTION = "metadata.iceberg.storage"
+METADATA_DIR = "metadata"
+VERSION_HINT = "version-hint.text"
+_HEX = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+# -- errors -----------------------------------------------------------------------------------------
+class RestError(Exception):
+    """An answer in the spec's error model: HTTP `code`, Iceberg exception `kind`, message."""
+
+    def __init__(self, code: int, kind: str, message: str):
+        super().__init__(message)
+        self.code, self.kind, self.message = code, kind, message
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "code": self.code}}
+
+
+def bad_request(message: str) -> RestError:
+    return RestError(400, "BadRequestException", message)
+
+
+def no_such_namespace(name: str) -> RestError:
+    return RestError(404, "NoSuchNamespaceException", f"Namespace does not exist: {name}")
+
+
+def no_such_table(namespace: str, table: str) -> RestError:
+    return RestError(404, "NoSuchTableException", f"Table does not exist: {namespace}.{table}")
+
+
+# -- the catalog, without HTTP ----------------------------------------------------------------------
+def _writer_locator() -> Callable[[FileIO, Table], str | None] | None:
+    """``strata.iceberg.latest_metadata_location`` once the engine has it, else None (then this module
+    reads ``version-hint.text`` itself). It is called as ``(file_io, table)`` or, if it takes one
+    parameter, ``(table)``."""
+    try:
+        module = importlib.import_module("strata.iceberg")
+    except ImportError:
+        return None
+    found = getattr(module, "latest_metadata_location", None)
+    if not callable(found):
+        return None
+    try:
+        takes_one = len(inspect.signature(found).parameters) == 1
+    except (TypeError, ValueError):
+        takes_one = False
+    if takes_one:
+        return lambda file_io, table: found(table)
+    return found
+
+
+def as_uri(path: str) -> str:
+    """Absolute URI of a location: object-store and ``file:`` URIs as they are, a bare path as ``file://``."""
+    if "://" in path or path.startswith("file:"):
+        return path
+    return Path(path).absolute().as_uri()
+
+
+class IcebergRestCatalog:
+    """The REST catalog's answers over a Strata `catalog` (thread-safe: it only reads)."""
+
+    def __init__(self, catalog: Catalog, client_config: Mapping[str, str] | None = None):
+        self.catalog = catalog
+        self.client_config = dict(client_config or {})
+        self.locate = _writer_locator()
+
+    # -- config --------------------------------------------------------------------------------------
+    @staticmethod
+    def config() -> dict[str, Any]:
+        return {"defaults": {}, "overrides": {}, "endpoints": [f"{method} {path}" for method, path in ENDPOINTS]}
+
+    # -- namespaces ----------------------------------------------------------------------------------
+    def list_namespaces(self, parent: str | None) -> dict[str, Any]:
+        if parent:  # databases are one level: a parent has no children, if it exists at all
+            self.database(parent)
+            return {"namespaces": [], "next-page-token": None}
+        return {"namespaces": [[name] for name in self.catalog.list_databases()], "next-page-token": None}
+
+    def database(self, namespace: str) -> str:
+        """The database a namespace names; 404 unless it is one level and exists."""
+        if NAMESPACE_SEPARATOR in namespace or not self.catalog._database_exists(namespace):
+            raise no_such_namespace(namespace.replace(NAMESPACE_SEPARATOR, "."))
+        return namespace
+
+    def load_namespace(self, namespace: str) -> dict[str, Any]:
+        database = self.database(namespace)
+        properties: dict[str, str] = {}
+        located: Any = self.catalog
+        if hasattr(located, "database_path"):
+            properties["location"] = as_uri(located.database_path(database))
+        return {"namespace": [database], "properties": properties}
+
+    # -- tables --------------------------------------------------------------------------------------
+    def list_tables(self, namespace: str) -> dict[str, Any]:
+        database = self.database(namespace)
+        try:
+            names = self.catalog.list_tables(database)
+        except DatabaseNotFoundError:  # dropped meanwhile
+            raise no_such_namespace(database) from None
+        identifiers = [{"namespace": [database], "name": name} for name in names
+                       if self._metadata_location(database, name)[1] is not None]
+        return {"identifiers": identifiers, "next-page-token": None}
+
+    def load_table(self, namespace: str, name: str, snapshots: str = "all") -> dict[str, Any]:
+        if snapshots not in ("all", "refs"):
+            raise bad_request(f"snapshots must be 'all' or 'refs', got {snapshots!r}")
+        database = self.database(namespace)
+        for _ in range(3):  # a commit may move version-hint.text past a file being read: read again
+            table, location = self._metadata_location(database, name)
+            if table is None or location is None:
+                raise no_such_table(database, name)
+            try:
+                metadata = json.loads(table.file_io.read_bytes(location))
+            except FileNotFoundError:
+                continue
+            if snapshots == "refs":
+                metadata = only_referenced_snapshots(metadata)
+            return {"metadata-location": as_uri(location), "metadata": metadata, "config": dict(self.client_config)}
+        raise no_such_table(database, name)
+
+    def table_exists(self, namespace: str, name: str) -> None:
+        database = self.database(namespace)
+        if self._metadata_location(database, name)[1] is None:
+            raise no_such_table(database, name)
+
+    def _metadata_location(self, database: str, name: str) -> tuple[Table | None, str | None]:
+        """A Strata table and its newest Iceberg metadata file; None for what is absent."""
+        if "$" in name:  # Strata's system tables (t$snapshots...) have no Iceberg metadata
+            return None, None
+        try:
+            table = self.catalog.get_table(Identifier(database, name))
+        except (TableNotFoundError, DatabaseNotFoundError):
+            return None, None
+        if self.locate is not None:
+            return table, self.locate(table.file_io, table)
+        directory = self.metadata_dir(table)
+        try:
+            hint = table.file_io.read_bytes(f"{directory}/{VERSION_HINT}").decode().strip()
+        except FileNotFoundError:
+            return table, None
+        if not hint.isdigit():
+            log.warning("table %s.%s: %s/%s holds %r, not a version number", database, name, directory,
+                        VERSION_HINT, hint[:40])
+            return table, None
+        return table, f"{directory}/v{int(hint)}.metadata.json"
+
+    def metadata_dir(self, table: Table) -> str:
+        """Where a table's Iceberg metadata lives, by its ``metadata.iceberg.storage`` option."""
+        if table.options.get(STORAGE_OPTION) == "hadoop-catalog":
+            located: Any = self.catalog
+            ident = table.identifier
+            return f"{located.warehouse}/iceberg/{ident.database}/{ident.table}/{METADATA_DIR}"
+        return f"{table.path}/{METADATA_DIR}"
+
+    # -- views ---------------------------------------------------------------------------------------
+    def list_views(self, namespace: str) -> dict[str, Any]:
+        self.database(namespace)
+        return {"identifiers": [], "next-page-token": None}
+
+    def load_view(self, namespace: str, name: str) -> dict[str, Any]:
+        database = self.database(namespace)
+        raise RestError(404, "NoSuchViewException", f"View does not exist: {database}.{name}")
+
+    # -- health --------------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "namespaces": len(self.catalog.list_databases())}
+
+
+def only_referenced_snapshots(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``snapshots=refs``: keep the snapshots a branch or tag points at (the current one included)."""
+    refs = metadata.get("refs") or {}
+    wanted = {ref.get("snapshot-id") for ref in refs.values()}
+    if metadata.get("current-snapshot-id") not in (None, -1):
+        wanted.add(metadata["current-snapshot-id"])
+    return {**metadata, "snapshots": [s for s in metadata.get("snapshots") or [] if s.get("snapshot-id") in wanted]}
+
+
+# -- routes -----------------------------------------------------------------------------------------
+# (method, path as the spec names it); "GET /v1/config" itself is not listed, as in the spec
+ENDPOINTS: tuple[tuple[str, str], ...] = (
+    ("GET", "/v1/{prefix}/namespaces"),
+    ("GET", "/v1/{prefix}/namespaces/{namespace}"),
+    ("HEAD", "/v1/{prefix}/namespaces/{namespace}"),
+    ("GET", "/v1/{prefix}/namespaces/{namespace}/tables"),
+    ("GET", "/v1/{prefix}/namespaces/{namespace}/tables/{table}"),
+    ("HEAD", "/v1/{prefix}/namespaces/{namespace}/tables/{table}"),
+    ("GET", "/v1/{prefix}/namespaces/{namespace}/views"),
+    ("GET", "/v1/{prefix}/namespaces/{namespace}/views/{view}"),
+    ("HEAD", "/v1/{prefix}/namespaces/{namespace}/views/{view}"),
+)
+
+Handler = Callable[[IcebergRestCatalog, list[str], dict[str, str]], Any]
+
+
+@dataclass(frozen=True)
+class Route:
+    pattern: tuple[str, ...]  # path segments; "*" is a parameter
+    methods: tuple[str, ...]
+    handler: Handler
+
+    @property
+    def label(self) -> str:
+        names = iter(("{namespace}", "{table}" if "tables" in self.pattern else "{view}"))
+        return "/" + "/".join(next(names) if part == "*" else part for part in self.pattern)
+
+    def match(self, parts: list[str]) -> bool:
+        return len(parts) == len(self.pattern) and all(
+            want in ("*", got) for want, got in zip(self.pattern, parts, strict=True))
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(("v1", "config"), ("GET",), lambda c, p, q: c.config()),
+    Route(("v1", "namespaces"), ("GET",), lambda c, p, q: c.list_namespaces(q.get("parent"))),
+    Route(("v1", "namespaces", "*"), ("GET", "HEAD"), lambda c, p, q: c.load_namespace(p[2])),
+    Route(("v1", "namespaces", "*", "tables"), ("GET",), lambda c, p, q: c.list_tables(p[2])),
+    Route(("v1", "namespaces", "*", "tables", "*"), ("GET", "HEAD"),
+          lambda c, p, q: c.load_table(p[2], p[4], q.get("snapshots") or "all")),
+    Route(("v1", "namespaces", "*", "views"), ("GET",), lambda c, p, q: c.list_views(p[2])),
+    Route(("v1", "namespaces", "*", "views", "*"), ("GET", "HEAD"), lambda c, p, q: c.load_view(p[2], p[4])),
+)
+HEAD_HANDLERS: dict[tuple[str, ...], Handler] = {
+    ("v1", "namespaces", "*"): lambda c, p, q: c.database(p[2]),
+    ("v1", "namespaces", "*", "tables", "*"): lambda c, p, q: c.table_exists(p[2], p[4]),
+}
+
+
+def split_path(raw: str) -> list[str]:
+    """Decoded path segments; 400 for an empty, undecodable or path-like segment."""
+    if not raw.startswith("/"):
+        raise bad_request("the request target must be an absolute path")
+    parts = raw.strip("/").split("/") if raw.strip("/") else []
+    decoded = []
+    for part in parts:
+        if not part:
+            raise bad_request(f"empty path segment in {raw!r}")
+        if _HEX.search(part):
+            raise bad_request(f"malformed percent-encoding in path segment {part!r}")
+        try:
+            # Iceberg clients form-encode path parameters (a space is "+")
+            value = unquote_plus(part, errors="strict")
+        except UnicodeDecodeError:
+            raise bad_request(f"path segment {part!r} is not UTF-8") from None
+        if (not value.strip() or value in (".", "..") or "/" in value or "\\" in value
+                or any(ord(ch) < 0x20 and ch != NAMESPACE_SEPARATOR for ch in value)):
+            raise bad_request(f"malformed path segment {part!r}")
+        decoded.append(value)
+    return decoded
+
+
+# -- metrics ----------------------------------------------------------------------------------------
+class RestMetrics:
+    def __init__(self) -> None:
+        self.registry = prom.CollectorRegistry()
+        self.requests = prom.Counter("strata_iceberg_rest_requests_total", "HTTP requests by endpoint and status",
+                                     ["method", "endpoint", "status"], registry=self.registry)
+        self.latency = prom.Histogram("strata_iceberg_rest_request_duration_seconds",
+                                      "Time to answer a request, by endpoint", ["method", "endpoint"],
+                                      buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10),
+                                      registry=self.registry)
+
+    def observe(self, method: str, endpoint: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, endpoint, str(status)).inc()
+        self.latency.labels(method, endpoint).observe(seconds)
+
+    def render(self) -> bytes:
+        return prom.generate_latest(self.registry)
+
+
+# -- HTTP -------------------------------------------------------------------------------------------
+class RestServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], rest: IcebergRestCatalog, token: str | None,
+                 metrics: RestMetrics | None = None):
+        super().__init__(address, RestHandler)
+        self.rest, self.token = rest, token
+        self.metrics = metrics or RestMetrics()
+
+
+class RestHandler(BaseHTTPRequestHandler):
+    server: RestServer
+    protocol_version = "HTTP/1.1"
+    timeout = 120  # seconds an idle keep-alive connection holds its thread
+    server_version = "strata-iceberg-rest"
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug(format, *args)  # http.server's own lines (malformed requests); no headers in them
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass  # _answer logs each request once, with its endpoint and duration
+
+    def do_GET(self) -> None:
+        self._answer("GET")
+
+    def do_HEAD(self) -> None:
+        self._answer("HEAD")
+
+    def do_POST(self) -> None:
+        self._answer("POST")
+
+    def do_PUT(self) -> None:
+        self._answer("PUT")
+
+    def do_DELETE(self) -> None:
+        self._answer("DELETE")
+
+    def _answer(self, method: str) -> None:
+        began = time.perf_counter()
+        endpoint, status = "unknown", 500
+        try:
+            self._discard_body()
+            url = urlsplit(self.path)
+            if method == "GET" and url.path == "/health":
+                endpoint = "/health"
+                status = self._health()
+                return
+            if method == "GET" and url.path == "/metrics":
+                endpoint = "/metrics"
+                status = self._send_bytes(200, self.server.metrics.render(), prom.CONTENT_TYPE_LATEST, method)
+                return
+            try:
+                self._authorize()
+                parts = split_path(url.path)
+                route = next((r for r in ROUTES if r.match(parts)), None)
+                if route is None:
+                    raise bad_request(f"{method} {url.path} is not an endpoint of this catalog")
+                endpoint = route.label
+                if method not in route.methods:
+                    raise RestError(406, "UnsupportedOperationException",
+                                    f"{method} {route.label}: this catalog is read-only (write through Strata)")
+                query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+                if method == "HEAD":
+                    head = HEAD_HANDLERS.get(route.pattern, route.handler)
+                    head(self.server.rest, parts, query)
+                    status = self._send_bytes(204, b"", "application/json", method)
+                    return
+                payload = route.handler(self.server.rest, parts, query)
+                status = self._send_json(200, payload, method)
+            except RestError as exc:
+                status = self._send_json(exc.code, exc.body(), method)
+        except Exception as exc:  # the client gets the class only; the trace stays in the log
+            log.exception("%s %s failed", method, self.path)
+            error = RestError(500, "InternalServerError", f"{type(exc).__name__} (see the catalog server's log)")
+            status = self._send_json(500, error.body(), method)
+        finally:
+            seconds = time.perf_counter() - began
+            self.server.metrics.observe(method, endpoint, status, seconds)
+            log.info("%s %s %d %.1fms", method, self.path, status, seconds * 1000)
+
+    def _discard_body(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        while length > 0:
+            chunk = self.rfile.read(min(length, 1 << 16))
+            if not chunk:
+                break
+            length -= len(chunk)
+
+    def _authorize(self) -> None:
+        token = self.server.token
+        if not token:
+            return
+        header = self.headers.get("Authorization") or ""
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            raise RestError(401, "NotAuthorizedException",
+                            "Not authorized: a valid 'Authorization: Bearer <token>' header is required")
+
+    def _health(self) -> int:
+        try:
+            return self._send_json(200, self.server.rest.health(), "GET")
+        except Exception as exc:
+            log.warning("health: the catalog cannot be listed: %s: %s", type(exc).__name__, exc)
+            return self._send_json(503, {"status": "unavailable", "error": type(exc).__name__}, "GET")
+
+    def _send_json(self, status: int, payload: Any, method: str) -> int:
+        return self._send_bytes(status, json.dumps(payload).encode(), "application/json", method)
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str, method: str) -> int:
+        self.send_response(status)
+        if status == 401:
+            self.send_header("WWW-Authenticate", 'Bearer realm="strata"')
+        if status != 204:
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if method != "HEAD" and status != 204:
+            self.wfile.write(data)
+        return status
+
+
+def start(rest: IcebergRestCatalog, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+          token: str | None = None) -> RestServer:
+    """Serve `rest` from a daemon thread; port 0 picks a free port (``server.server_port``)."""
+    server = RestServer((host, port), rest, token or None)
+    threading.Thread(target=server.serve_forever, name="iceberg-rest-http", daemon=True).start()
+    return server
+
+
+# -- command line -------------------------------------------------------------------------------------
+def client_s3_config(options: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """Iceberg's S3FileIO properties for the S3 settings this server uses (catalog options, then AWS_*)."""
+    pairs = {
+        "s3.endpoint": options.get("s3.endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
+        "s3.access-key-id": options.get("s3.access-key") or env.get("AWS_ACCESS_KEY_ID"),
+        "s3.secret-access-key": options.get("s3.secret-key") or env.get("AWS_SECRET_ACCESS_KEY"),
+        "s3.session-token": options.get("s3.session-token") or env.get("AWS_SESSION_TOKEN"),
+        "client.region": options.get("s3.region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+        or "us-east-1",
+        "s3.path-style-access": options.get("s3.path-style-access", "true"),
+    }
+    return {key: value for key, value in pairs.items() if value}
+
+
+def read_token(env: Mapping[str, str]) -> str | None:
+    token = env.get("STRATA_ICEBERG_REST_TOKEN", "").strip()
+    path = env.get("STRATA_ICEBERG_REST_TOKEN_FILE", "").strip()
+    if not token and path:
+        try:
+            token = Path(path).read_text().strip()
+        except OSError as exc:
+            raise SystemExit(f"STRATA_ICEBERG_REST_TOKEN_FILE={path}: {exc}") from exc
+    return token or None
+
+
+def parse_args(argv: Sequence[str] | None, env: Mapping[str, str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m strata_platform.iceberg_rest", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--warehouse", default=env.get("STRATA_WAREHOUSE") or None,
+                        help="warehouse path or URI (default $STRATA_WAREHOUSE)")
+    parser.add_argument("--option", action="append", default=[], help="catalog option key=value (repeatable)")
+    parser.add_argument("--host", default=env.get("STRATA_ICEBERG_REST_HOST") or "127.0.0.1")
+    parser.add_argument("--port", type=int, default=int(env.get("STRATA_ICEBERG_REST_PORT") or DEFAULT_PORT))
+    args = parser.parse_args(argv)
+    if not args.warehouse:
+        parser.error("--warehouse (or STRATA_WAREHOUSE) is required")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import strata
+    from strata_platform.serve import catalog_options, env_bool, load_secret_files, pairs
+
+    env = dict(os.environ)
+    load_secret_files(env)
+    args = parse_args(argv, env)
+    logging.basicConfig(level=env.get("STRATA_LOG_LEVEL", "INFO").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = {**catalog_options(env), **pairs(",".join(args.option))}
+    vend = env_bool(env, "STRATA_ICEBERG_REST_VEND_S3", False)
+    rest = IcebergRestCatalog(strata.load_catalog(args.warehouse, **options),
+                              client_s3_config(options, env) if vend else {})
+    token = read_token(env)
+    server = start(rest, args.host, args.port, token)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    print(f"strata iceberg rest catalog ready on http://{args.host}:{server.server_port} "
+          f"(warehouse {args.warehouse}, {'bearer token required' if token else 'no authentication'}, "
+          f"S3 settings {'passed' if vend else 'not passed'} to clients, metadata located by "
+          f"{'strata.iceberg' if rest.locate else 'version-hint.text'})", flush=True)
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    print("strata iceberg rest catalog stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
