@@ -198,6 +198,12 @@ def cmd_lineage_consistent(catalog: Catalog, args: argparse.Namespace) -> int:
 
 
 def _add_maintenance_commands(sub: Any) -> None:
+    p = sub.add_parser("iceberg", help="the table's Iceberg-compatible metadata (metadata.iceberg.storage)")
+    iceberg_sub = p.add_subparsers(dest="iceberg_command", required=True, metavar="WHAT")
+    s = iceberg_sub.add_parser("sync", help="publish the metadata of the latest snapshot (catches up a failed sync)")
+    s.add_argument("table")
+    s.set_defaults(func=cmd_iceberg_sync)
+
     p = sub.add_parser("expire-snapshots", help="expire snapshots (by the table's retention options or these)")
     p.add_argument("table")
     p.add_argument("--retain-min", type=int, default=None, help="snapshot.num-retained.min")
@@ -252,6 +258,25 @@ def _add_maintenance_commands(sub: Any) -> None:
     p.add_argument("--including", default=".*", help="regular expression of ids to clear (default all)")
     p.add_argument("--excluding", default=None, help="regular expression of ids to keep")
     p.set_defaults(func=cmd_consumers)
+
+
+def cmd_iceberg_sync(catalog: Catalog, args: argparse.Namespace) -> int:
+    from strata.iceberg import IcebergSync, enabled
+
+    table = catalog.get_table(args.table)
+    if not enabled(table):
+        raise CliError(f"table {table.identifier} has metadata.iceberg.storage=disabled: set it to "
+                       f"table-location, hadoop-catalog or rest-catalog first")
+    result = IcebergSync(table).sync()
+    if result.snapshot_id is None:
+        print(f"table {table.identifier}: no snapshot yet, nothing to publish")
+    elif result.up_to_date:
+        print(f"table {table.identifier}: Iceberg metadata of snapshot {result.snapshot_id} is up to date "
+              f"({result.metadata_location})")
+    else:
+        print(f"table {table.identifier}: Iceberg metadata of snapshot {result.snapshot_id} at "
+              f"{result.metadata_location} ({result.data_files} data files, {result.delete_files} delete files)")
+    return 0
 
 
 def cmd_expire_snapshots(catalog: Catalog, args: argparse.Namespace) -> int:

@@ -100,6 +100,7 @@ class SyncResult:
     full_rewrite: bool = False
     data_files: int = 0
     delete_files: int = 0
+    up_to_date: bool = False  # nothing written: the snapshot's metadata was already published
 
 
 class IcebergSync:
@@ -125,21 +126,35 @@ class IcebergSync:
         snapshot = self.table.snapshot_manager.latest()
         if snapshot is None:
             return SyncResult(None, None)
+        location = f"{self.dir}/v{snapshot.id}.metadata.json"
         previous_id = _read_hint(self.table, self.dir)
-        if previous_id is not None and previous_id >= snapshot.id:
-            return SyncResult(previous_id, f"{self.dir}/v{previous_id}.metadata.json")
+        rolled_back = previous_id is not None and previous_id >= snapshot.id
+        if rolled_back:
+            if self._published(snapshot):
+                return SyncResult(snapshot.id, location, up_to_date=True)
+            previous_id = None  # the table was rolled back past the published metadata: start anew
         previous = self._load(previous_id)
         self.file_io.mkdirs(self.dir)
         manifest_list, full, counts = self._manifest_list(snapshot, previous)
-        metadata = self._metadata(snapshot, previous, manifest_list, counts)
-        location = f"{self.dir}/v{snapshot.id}.metadata.json"
-        if not self.file_io.write_new(location, json.dumps(metadata, indent=1).encode()):
-            return SyncResult(snapshot.id, location)  # a concurrent sync published this version
-        if (_read_hint(self.table, self.dir) or 0) < snapshot.id:
+        data = json.dumps(self._metadata(snapshot, previous, manifest_list, counts), indent=1).encode()
+        if rolled_back:
+            self.file_io.write_bytes(location, data)
+        elif not self.file_io.write_new(location, data):
+            return SyncResult(snapshot.id, location, up_to_date=True)  # a concurrent sync published it
+        if rolled_back or (_read_hint(self.table, self.dir) or 0) < snapshot.id:
             self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(snapshot.id).encode())
+        metadata = json.loads(data)
         if previous is not None:
             self._clean(previous, metadata)
         return SyncResult(snapshot.id, location, full, counts["total-data-files"], counts["total-delete-files"])
+
+    def _published(self, snapshot: Snapshot) -> bool:
+        """Metadata for exactly this snapshot exists (not for a snapshot of the same id that a
+        rollback removed)."""
+        existing = self._load(snapshot.id)
+        if existing is None or self._current_id(existing) != snapshot.id:
+            return False
+        return bool(self._current(existing)["timestamp-ms"] == snapshot.time_millis)
 
     def _load(self, version: int | None) -> dict[str, Any] | None:
         if version is None:
