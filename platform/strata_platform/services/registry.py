@@ -17,6 +17,7 @@ SERVICES: dict[str, str] = {
     "spark": "strata_platform.services.spark:SparkService",
     "spark_cluster": "strata_platform.services.spark_cluster:SparkClusterService",
     "docker": "strata_platform.services.docker:DockerService",
+    "paimon_java": "strata_platform.services.paimon_java:PaimonJavaService",
 }
 
 
