@@ -394,12 +394,20 @@ class RestHandler(BaseHTTPRequestHandler):
                 status = self._send_bytes(200, self.server.metrics.render(), prom.CONTENT_TYPE_LATEST, method)
                 return
             try:
-                self._authorize()
-                parts = split_path(url.path)
-                route = next((r for r in ROUTES if r.match(parts)), None)
+                malformed: RestError | None = None
+                parts: list[str] = []
+                try:
+                    parts = split_path(url.path)
+                except RestError as exc:
+                    malformed = exc
+                route = next((r for r in ROUTES if r.match(parts)), None) if malformed is None else None
+                if route is not None:
+                    endpoint = route.label
+                self._authorize()  # before anything about the request is answered
+                if malformed is not None:
+                    raise malformed
                 if route is None:
                     raise bad_request(f"{method} {url.path} is not an endpoint of this catalog")
-                endpoint = route.label
                 if method not in route.methods:
                     raise RestError(406, "UnsupportedOperationException",
                                     f"{method} {route.label}: this catalog is read-only (write through Strata)")
