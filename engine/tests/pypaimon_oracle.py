@@ -22,19 +22,25 @@ STAMP = VENV / f".pypaimon-{PYPAIMON_VERSION}"
 
 
 def ensure_venv() -> Path:
-    """Create the pypaimon venv once (pip's own cache makes a re-creation fast). Parallel test
-    workers queue on a lock file: two creating it at once would clear each other's venv."""
-    if STAMP.exists():
-        return PYTHON
-    VENV.parent.mkdir(parents=True, exist_ok=True)
-    with open(VENV.parent / f"{VENV.name}.lock", "w") as lock:
+    """pypaimon's venv, created once."""
+    return venv_with(VENV, [f"pypaimon=={PYPAIMON_VERSION}"], STAMP)
+
+
+def venv_with(venv: Path, requirements: list[str], stamp: Path) -> Path:
+    """An oracle's own venv with `requirements`, created once (pip's own cache makes a re-creation
+    fast); its python. Parallel test workers queue on a lock file: two creating it at once would
+    clear each other's venv."""
+    python = venv / "bin" / "python"
+    if stamp.exists():
+        return python
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not STAMP.exists():  # not made by the worker that held the lock before
-            subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-            subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", f"pypaimon=={PYPAIMON_VERSION}"],
-                           check=True)
-            STAMP.touch()
-    return PYTHON
+        if not stamp.exists():  # not made by the worker that held the lock before
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements], check=True)
+            stamp.touch()
+    return python
 
 
 def run_pypaimon(script: str, *args: str, timeout: float = 300) -> str:
