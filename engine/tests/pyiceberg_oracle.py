@@ -12,8 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.ipc as ipc
-
+from pyarrow import ipc
 from pypaimon_oracle import REPO_ROOT, venv_with
 
 PYICEBERG_VERSION = "0.12.0"

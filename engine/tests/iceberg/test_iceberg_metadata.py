@@ -214,9 +214,9 @@ def test_hadoop_catalog_storage(catalog: strata.Catalog, warehouse: str, warehou
 
 def test_options_are_validated(catalog: strata.Catalog) -> None:
     schema = pa.schema([("id", pa.int64())])
-    with pytest.raises(OptionError, match="metadata.iceberg.storage"):
+    with pytest.raises(OptionError, match=r"metadata\.iceberg\.storage"):
         catalog.create_table("db.bad", schema, options={"metadata.iceberg.storage": "hive-metastore"})
-    with pytest.raises(OptionError, match="metadata.iceberg.format-version"):
+    with pytest.raises(OptionError, match=r"metadata\.iceberg\.format-version"):
         catalog.create_table("db.bad", schema, options={**ICEBERG, "metadata.iceberg.format-version": "3"})
     table = catalog.create_table("db.off", schema)
     table.write(pa.table({"id": [1]}, schema=schema))
