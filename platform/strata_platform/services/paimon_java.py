@@ -158,17 +158,18 @@ def read_many(warehouse: str, jobs: Sequence[Mapping[str, Any]]) -> list[dict[st
     return results
 
 
-def write(warehouse: str, specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Create the tables of `specs` and run their commits with Paimon's batch writers."""
+def write(warehouse: str, specs: Sequence[Mapping[str, Any]], keep_going: bool = False) -> list[dict[str, Any]]:
+    """Create the tables of `specs` and run their commits with Paimon's batch writers; with
+    `keep_going` a table that fails is {"table", "error"} and the others are still written."""
     with _json_file(list(specs)) as path:
-        results: list[dict[str, Any]] = judge("write", warehouse, path)
+        results: list[dict[str, Any]] = judge("write", warehouse, path, *(["--keep-going"] if keep_going else []))
     return results
 
 
-def compact(warehouse: str, table: str, full: bool = False) -> dict[str, Any]:
-    """Compact every (partition, bucket) of `table` in one COMPACT commit."""
-    result: dict[str, Any] = judge("compact", warehouse, table, *(["--full"] if full else []))
-    return result
+def compact(warehouse: str, tables: Sequence[str], full: bool = False) -> list[dict[str, Any]]:
+    """Compact every (partition, bucket) of each table, one COMPACT commit per table."""
+    results: list[dict[str, Any]] = judge("compact", warehouse, *tables, *(["--full"] if full else []))
+    return results
 
 
 @contextlib.contextmanager

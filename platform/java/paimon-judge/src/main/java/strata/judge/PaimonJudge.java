@@ -79,8 +79,10 @@ import org.apache.paimon.types.TimestampType;
  * <pre>
  *   read      WAREHOUSE DB.TABLE [--snapshot N] [--option KEY=VALUE]...   (DB.TABLE$ro works too)
  *   read-many WAREHOUSE JOBS.json     jobs: [{"table": "db.t", "snapshot": 3, "options": {...}}, ...]
- *   write     WAREHOUSE SPEC.json     one table spec or a list of them (see {@link #write})
- *   compact   WAREHOUSE DB.TABLE [--full]
+ *   write     WAREHOUSE SPEC.json [--keep-going]   one table spec or a list of them (see {@link #write});
+ *                                   --keep-going: a table that fails is {"error": ...}, the rest go on
+ *   compact   WAREHOUSE DB.TABLE... [--full]          one COMPACT commit per table
+ *   selftest  WAREHOUSE
  * </pre>
  *
  * Values in JSON, both ways: integers and floating point as numbers (FLOAT widened exactly to a
@@ -139,9 +141,10 @@ public final class PaimonJudge {
                     case "read-many":
                         return readMany(catalog, JSON.readTree(new File(args[2])));
                     case "write":
-                        return write(catalog, io, JSON.readTree(new File(args[2])));
+                        return write(catalog, io, JSON.readTree(new File(args[2])),
+                                List.of(args).contains("--keep-going"));
                     case "compact":
-                        return compact(catalog, io, args[2], List.of(args).contains("--full"));
+                        return compact(catalog, io, positional(args), List.of(args).contains("--full"));
                     case "selftest":
                         return selftest(catalog, io);
                     default:
@@ -312,39 +315,50 @@ public final class PaimonJudge {
      * {"drop_column": "c"}, {"update_column_type": "c", "type": "BIGINT"}, {"set_option": "k",
      * "value": "v"}]}.
      */
-    private static JsonNode write(Catalog catalog, IOManager io, JsonNode spec) throws Exception {
+    private static JsonNode write(Catalog catalog, IOManager io, JsonNode spec, boolean keepGoing) throws Exception {
         ArrayNode results = NODES.arrayNode();
         for (JsonNode one : spec.isArray() ? spec : NODES.arrayNode().add(spec)) {
-            Identifier id = Identifier.fromString(one.get("table").asText());
-            catalog.createDatabase(id.getDatabaseName(), true);
-            Schema.Builder schema = Schema.newBuilder();
-            for (JsonNode field : one.get("fields")) {
-                schema.column(field.get("name").asText(), parseType(field.get("type").asText()));
-            }
-            schema.primaryKey(strings(one.path("primary_keys")));
-            schema.partitionKeys(strings(one.path("partition_keys")));
-            one.path("options").fields().forEachRemaining(e -> schema.option(e.getKey(), e.getValue().asText()));
-            catalog.createTable(id, schema.build(), false);
-            for (JsonNode step : one.path("commits")) {
-                try {
-                    if (step.has("alter")) {
-                        catalog.alterTable(id, schemaChanges(step.get("alter")), false);
-                    } else if (step.path("compact").asBoolean(false)) {
-                        compactTable(catalog.getTable(id), io, step.path("full").asBoolean(false));
-                    } else {
-                        writeRows(catalog.getTable(id), io, step);
-                    }
-                } catch (Exception e) {
-                    String text = step.toString();
-                    throw new IllegalStateException(
-                            id + ", step " + text.substring(0, Math.min(120, text.length())), e);
+            try {
+                results.add(writeTable(catalog, io, one));
+            } catch (Exception e) {
+                if (!keepGoing) {
+                    throw e;
                 }
+                results.addObject().put("table", one.path("table").asText()).put("error", describe(e));
             }
-            Table table = catalog.getTable(id);
-            ObjectNode result = results.addObject().put("table", id.getFullName());
-            table.latestSnapshot().ifPresent(s -> result.put("snapshot", s.id()));
         }
         return results;
+    }
+
+    private static ObjectNode writeTable(Catalog catalog, IOManager io, JsonNode one) throws Exception {
+        Identifier id = Identifier.fromString(one.get("table").asText());
+        catalog.createDatabase(id.getDatabaseName(), true);
+        Schema.Builder schema = Schema.newBuilder();
+        for (JsonNode field : one.get("fields")) {
+            schema.column(field.get("name").asText(), parseType(field.get("type").asText()));
+        }
+        schema.primaryKey(strings(one.path("primary_keys")));
+        schema.partitionKeys(strings(one.path("partition_keys")));
+        one.path("options").fields().forEachRemaining(e -> schema.option(e.getKey(), e.getValue().asText()));
+        catalog.createTable(id, schema.build(), false);
+        for (JsonNode step : one.path("commits")) {
+            try {
+                if (step.has("alter")) {
+                    catalog.alterTable(id, schemaChanges(step.get("alter")), false);
+                } else if (step.path("compact").asBoolean(false)) {
+                    compactTable(catalog.getTable(id), io, step.path("full").asBoolean(false));
+                } else {
+                    writeRows(catalog.getTable(id), io, step);
+                }
+            } catch (Exception e) {
+                String text = step.toString();
+                throw new IllegalStateException(
+                        id + ", step " + text.substring(0, Math.min(120, text.length())), e);
+            }
+        }
+        ObjectNode result = NODES.objectNode().put("table", id.getFullName());
+        catalog.getTable(id).latestSnapshot().ifPresent(s -> result.put("snapshot", s.id()));
+        return result;
     }
 
     private static void writeRows(Table table, IOManager io, JsonNode step) throws Exception {
@@ -504,19 +518,25 @@ public final class PaimonJudge {
 
     // -- compact -------------------------------------------------------------------------------
 
-    private static JsonNode compact(Catalog catalog, IOManager io, String name, boolean full) throws Exception {
-        Table table = catalog.getTable(Identifier.fromString(name));
-        int compacted = compactTable(table, io, full);
-        ObjectNode result = NODES.objectNode().put("table", name).put("buckets", compacted);
-        catalog.getTable(Identifier.fromString(name)).latestSnapshot().ifPresent(s -> result.put("snapshot", s.id()));
-        return result;
+    private static JsonNode compact(Catalog catalog, IOManager io, List<String> names, boolean full)
+            throws Exception {
+        ArrayNode results = NODES.arrayNode();
+        for (String name : names) {
+            Identifier id = Identifier.fromString(name);
+            int compacted = compactTable(catalog.getTable(id), io, full);
+            ObjectNode result = results.addObject().put("table", name).put("buckets", compacted);
+            catalog.getTable(id).latestSnapshot().ifPresent(s -> result.put("snapshot", s.id()));
+        }
+        return results;
     }
 
     /**
      * Compacts every (partition, bucket) that holds data in one commit; returns how many. Append
      * tables without buckets have no per-bucket compaction: Paimon's coordinator plans their tasks.
      */
-    private static int compactTable(Table table, IOManager io, boolean full) throws Exception {
+    private static int compactTable(Table writeOnly, IOManager io, boolean full) throws Exception {
+        // a dedicated compaction job, as Paimon's CompactAction: it compacts write-only tables too
+        Table table = writeOnly.copy(Map.of("write-only", "false"));
         if (table instanceof FileStoreTable && ((FileStoreTable) table).bucketMode() == BucketMode.BUCKET_UNAWARE
                 && table.primaryKeys().isEmpty()) {
             return compactUnaware((FileStoreTable) table, io);
@@ -587,12 +607,12 @@ public final class PaimonJudge {
                 + " {\"table\": \"selftest.log\", \"fields\": " + fields + ", \"partition_keys\": [\"s\"],"
                 + " \"commits\": [{\"rows\": " + rows + "}, {\"rows\": " + rows + "}]}]";
         ObjectNode result = NODES.objectNode();
-        result.set("write", write(catalog, io, JSON.readTree(spec)));
+        result.set("write", write(catalog, io, JSON.readTree(spec), false));
         ArrayNode reads = result.putArray("reads");
         reads.add(read(catalog, "selftest.pk", null, Map.of()));
         reads.add(read(catalog, "selftest.log", null, Map.of()));
         reads.add(read(catalog, "selftest.pk$ro", "1", Map.of()));
-        compact(catalog, io, "selftest.log", true);
+        compact(catalog, io, List.of("selftest.pk", "selftest.log"), true);
         return result;
     }
 
@@ -601,6 +621,19 @@ public final class PaimonJudge {
     private static List<String> strings(JsonNode array) {
         List<String> out = new ArrayList<>();
         array.forEach(n -> out.add(n.asText()));
+        return out;
+    }
+
+    /** Arguments after the command's warehouse that are neither flags nor flag values. */
+    private static List<String> positional(String[] args) {
+        List<String> out = new ArrayList<>();
+        for (int i = 2; i < args.length; i++) {
+            if (args[i].equals("--snapshot") || args[i].equals("--option")) {
+                i++;
+            } else if (!args[i].startsWith("--")) {
+                out.add(args[i]);
+            }
+        }
         return out;
     }
 
