@@ -109,7 +109,7 @@ def test_defaults_deploy_every_component(helm: Any) -> None:
     docs = render(helm)
     workloads = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in docs if d["kind"] in WORKLOADS}
     assert workloads == {"minio", "postgresql", "kafka", "trino", "prometheus", "grafana",
-                         "ingest", "compaction", "cdc", "exporter", "metaservice"}
+                         "ingest", "compaction", "cdc", "exporter", "metaservice", "iceberg-rest"}
     for doc in (d for d in docs if d["kind"] in WORKLOADS):
         for container in containers(doc):
             where = f"{doc['metadata']['name']}/{container['name']}"
@@ -143,6 +143,81 @@ def test_defaults_deploy_every_component(helm: Any) -> None:
     # the ingest job keeps its Spark checkpoint on a volume that survives restarts and uninstalls
     pvc = by_kind(docs, "PersistentVolumeClaim")["strata-ci-ingest-checkpoints"]
     assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def trino_catalog(docs: list[dict[str, Any]], name: str) -> dict[str, str] | None:
+    data = by_kind(docs, "ConfigMap")["strata-ci-trino"]["data"]
+    text = data.get(f"catalog.{name}.properties")
+    if text is None:
+        return None
+    return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def test_iceberg_rest_catalog_and_trino_strata_catalog(helm: Any) -> None:
+    docs = render(helm)
+    rest = by_kind(docs, "Deployment")["strata-ci-iceberg-rest"]
+    container = next(containers(rest))
+    assert container["command"] == ["python", "-m", "strata_platform.iceberg_rest"]
+    assert "args" not in container
+    for probe in ("startupProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}, probe
+    assert container["ports"] == [{"name": "http", "containerPort": 19192, "protocol": "TCP"}]
+    env = env_of(container)
+    assert env["STRATA_WAREHOUSE"] == "s3://warehouse/strata"
+    assert env["STRATA_JDBC_URI"] == "jdbc:postgresql://strata-ci-postgresql:5432/strata"
+    assert env["STRATA_ICEBERG_REST_HOST"] == "0.0.0.0" and env["STRATA_ICEBERG_REST_PORT"] == "19192"
+    assert env["STRATA_ICEBERG_REST_VEND_S3"] == "false"
+    assert "STRATA_ICEBERG_REST_TOKEN" not in env  # no token by default
+    service = by_kind(docs, "Service")["strata-ci-iceberg-rest"]
+    assert service["spec"]["ports"] == [{"name": "http", "port": 19192, "targetPort": "http", "protocol": "TCP"}]
+    # Trino's strata catalog: the Iceberg connector on the REST catalog, credentials from the Secret
+    assert trino_catalog(docs, "strata") == {
+        "connector.name": "iceberg", "iceberg.catalog.type": "rest",
+        "iceberg.rest-catalog.uri": "http://strata-ci-iceberg-rest:19192", "iceberg.security": "read_only",
+        "fs.native-s3.enabled": "true", "s3.endpoint": "http://strata-ci-minio:9000", "s3.region": "us-east-1",
+        "s3.path-style-access": "true", "s3.aws-access-key": "${ENV:AWS_ACCESS_KEY_ID}",
+        "s3.aws-secret-key": "${ENV:AWS_SECRET_ACCESS_KEY}"}
+    trino = next(containers(by_kind(docs, "Deployment")["strata-ci-trino"]))
+    assert env_of(trino) == {
+        "AWS_ACCESS_KEY_ID": {"secretKeyRef": {"name": "strata-ci-object-store", "key": "access-key"}},
+        "AWS_SECRET_ACCESS_KEY": {"secretKeyRef": {"name": "strata-ci-object-store", "key": "secret-key"}}}
+    mounts = {m["mountPath"]: m["subPath"] for m in trino["volumeMounts"]}
+    assert mounts["/etc/trino/catalog/strata.properties"] == "catalog.strata.properties"
+    prom = yaml.safe_load(by_kind(docs, "ConfigMap")["strata-ci-prometheus"]["data"]["prometheus.yml"])
+    targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    assert "strata-ci-iceberg-rest:19192" in targets
+
+
+def test_iceberg_rest_token(helm: Any) -> None:
+    docs = render(helm, "--set", "strata.icebergRest.token=t0ken")
+    secret = by_kind(docs, "Secret")["strata-ci-iceberg-rest"]
+    assert secret["stringData"] == {"token": "t0ken"}
+    ref = {"secretKeyRef": {"name": "strata-ci-iceberg-rest", "key": "token"}}
+    assert env_of(next(containers(by_kind(docs, "Deployment")["strata-ci-iceberg-rest"])))[
+        "STRATA_ICEBERG_REST_TOKEN"] == ref
+    assert env_of(next(containers(by_kind(docs, "Deployment")["strata-ci-trino"])))["STRATA_ICEBERG_REST_TOKEN"] == ref
+    catalog = trino_catalog(docs, "strata")
+    assert catalog is not None
+    assert catalog["iceberg.rest-catalog.security"] == "OAUTH2"
+    assert catalog["iceberg.rest-catalog.oauth2.token"] == "${ENV:STRATA_ICEBERG_REST_TOKEN}"
+    for doc in docs:  # the token itself only in its Secret
+        if doc["kind"] != "Secret":
+            assert "t0ken" not in yaml.safe_dump(doc), doc["metadata"]["name"]
+    # an existing Secret instead: nothing rendered for it, the same references
+    docs = render(helm, "--set", "strata.icebergRest.existingSecret=rest-token")
+    assert "strata-ci-iceberg-rest" not in by_kind(docs, "Secret")
+    assert env_of(next(containers(by_kind(docs, "Deployment")["strata-ci-trino"])))["STRATA_ICEBERG_REST_TOKEN"] == {
+        "secretKeyRef": {"name": "rest-token", "key": "token"}}
+
+
+def test_trino_strata_catalog_follows_the_rest_catalog(helm: Any) -> None:
+    docs = render(helm, "--set", "strata.icebergRest.enabled=false")
+    assert "strata-ci-iceberg-rest" not in by_kind(docs, "Deployment")
+    assert trino_catalog(docs, "strata") is None
+    assert "env" not in next(containers(by_kind(docs, "Deployment")["strata-ci-trino"]))
+    # a strata catalog of one's own wins over the chart's
+    docs = render(helm, "--set", "trino.catalogs.strata.connector\\.name=memory")
+    assert trino_catalog(docs, "strata") == {"connector.name": "memory"}
 
 
 def test_existing_services_and_secrets(helm: Any) -> None:

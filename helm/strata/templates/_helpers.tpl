@@ -98,6 +98,42 @@ imagePullSecrets:
 {{- default (include "strata.component" (dict "root" . "component" "catalog")) .Values.catalog.existingSecret -}}
 {{- end -}}
 
+{{- define "strata.icebergRestSecret" -}}
+{{- default (include "strata.component" (dict "root" . "component" "iceberg-rest")) .Values.strata.icebergRest.existingSecret -}}
+{{- end -}}
+
+{{/* "true" when the Iceberg REST catalog requires a bearer token */}}
+{{- define "strata.icebergRestAuth" -}}
+{{- if or .Values.strata.icebergRest.token .Values.strata.icebergRest.existingSecret -}}true{{- end -}}
+{{- end -}}
+
+{{- define "strata.icebergRestUri" -}}
+{{- printf "http://%s:%d" (include "strata.component" (dict "root" . "component" "iceberg-rest")) (int .Values.strata.icebergRest.port) -}}
+{{- end -}}
+
+{{/* Trino's `strata` catalog: Strata tables through the Iceberg REST catalog, data files on the object store */}}
+{{- define "strata.trinoStrataCatalog" -}}
+connector.name=iceberg
+iceberg.catalog.type=rest
+iceberg.rest-catalog.uri={{ include "strata.icebergRestUri" . }}
+{{- if include "strata.icebergRestAuth" . }}
+iceberg.rest-catalog.security=OAUTH2
+iceberg.rest-catalog.oauth2.token=${ENV:STRATA_ICEBERG_REST_TOKEN}
+{{- end }}
+iceberg.security=read_only
+fs.native-s3.enabled=true
+s3.endpoint={{ include "strata.s3Endpoint" . }}
+s3.region={{ .Values.objectStore.region }}
+s3.path-style-access=true
+s3.aws-access-key=${ENV:AWS_ACCESS_KEY_ID}
+s3.aws-secret-key=${ENV:AWS_SECRET_ACCESS_KEY}
+{{- end -}}
+
+{{/* true when the chart renders Trino's `strata` catalog */}}
+{{- define "strata.trinoStrataCatalogEnabled" -}}
+{{- if and .Values.strata.icebergRest.enabled (not (hasKey .Values.trino.catalogs "strata")) -}}true{{- end -}}
+{{- end -}}
+
 {{- define "strata.grafanaSecret" -}}
 {{- default (include "strata.component" (dict "root" . "component" "grafana")) .Values.grafana.existingSecret -}}
 {{- end -}}
