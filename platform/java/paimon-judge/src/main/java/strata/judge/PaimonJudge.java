@@ -77,8 +77,10 @@ import org.apache.paimon.types.TimestampType;
  * filesystem-catalog tables and answers in JSON on stdout (a failure: one line on stderr, exit 1).
  *
  * <pre>
- *   read      WAREHOUSE DB.TABLE [--snapshot N] [--option KEY=VALUE]...   (DB.TABLE$ro works too)
- *   read-many WAREHOUSE JOBS.json     jobs: [{"table": "db.t", "snapshot": 3, "options": {...}}, ...]
+ *   read      WAREHOUSE DB.TABLE [--snapshot N] [--option KEY=VALUE]... [--row-kind]   (DB.TABLE$ro too)
+ *   read-many WAREHOUSE JOBS.json     jobs: [{"table": "db.t", "snapshot": 3, "options": {...},
+ *                                     "row_kind": true}, ...]
+ *   (--row-kind / "row_kind": each row also carries "_kind": +I, -U, +U or -D)
  *   write     WAREHOUSE SPEC.json [--keep-going]   one table spec or a list of them (see {@link #write});
  *                                   --keep-going: a table that fails is {"error": ...}, the rest go on
  *   compact   WAREHOUSE DB.TABLE... [--full]          one COMPACT commit per table
@@ -137,7 +139,8 @@ public final class PaimonJudge {
             try {
                 switch (command) {
                     case "read":
-                        return read(catalog, args[2], flagValue(args, "--snapshot"), flagOptions(args));
+                        return read(catalog, args[2], flagValue(args, "--snapshot"), flagOptions(args),
+                                List.of(args).contains("--row-kind"));
                     case "read-many":
                         return readMany(catalog, JSON.readTree(new File(args[2])));
                     case "write":
@@ -175,7 +178,8 @@ public final class PaimonJudge {
                 Map<String, String> options = new LinkedHashMap<>();
                 job.path("options").fields().forEachRemaining(e -> options.put(e.getKey(), e.getValue().asText()));
                 String snapshot = job.hasNonNull("snapshot") ? job.get("snapshot").asText() : null;
-                results.add(read(catalog, job.get("table").asText(), snapshot, options));
+                results.add(read(catalog, job.get("table").asText(), snapshot, options,
+                        job.path("row_kind").asBoolean(false)));
             } catch (Throwable t) { // per job, so one failure does not hide the others
                 results.add(NODES.objectNode().put("table", job.path("table").asText()).put("error", describe(t)));
             }
@@ -183,7 +187,8 @@ public final class PaimonJudge {
         return results;
     }
 
-    private static ObjectNode read(Catalog catalog, String name, String snapshot, Map<String, String> options)
+    private static ObjectNode read(
+            Catalog catalog, String name, String snapshot, Map<String, String> options, boolean rowKind)
             throws Exception {
         Table table = catalog.getTable(Identifier.fromString(name));
         Map<String, String> dynamic = new HashMap<>(options);
@@ -207,6 +212,9 @@ public final class PaimonJudge {
                 for (int i = 0; i < getters.size(); i++) {
                     DataField field = type.getFields().get(i);
                     out.set(field.name(), toJson(getters.get(i).getFieldOrNull(row), field.type()));
+                }
+                if (rowKind) {
+                    out.put("_kind", row.getRowKind().shortString());
                 }
             });
         }
@@ -306,7 +314,8 @@ public final class PaimonJudge {
     // -- write ---------------------------------------------------------------------------------
 
     /**
-     * Creates each table of the spec and runs its steps in order, one snapshot per step. A spec:
+     * Creates each table of the spec (unless it has no "fields": then the table exists) and runs
+     * its steps in order, one snapshot per step. A spec:
      * {"table": "db.t", "fields": [{"name": "id", "type": "BIGINT NOT NULL"}, ...],
      * "primary_keys": [...], "partition_keys": [...], "options": {...}, "commits": [step, ...]}
      * with steps {"rows": [{"_kind": "+I", "id": 1, ...}, ...]} ("_kind" defaults to +I; missing
@@ -332,15 +341,17 @@ public final class PaimonJudge {
 
     private static ObjectNode writeTable(Catalog catalog, IOManager io, JsonNode one) throws Exception {
         Identifier id = Identifier.fromString(one.get("table").asText());
-        catalog.createDatabase(id.getDatabaseName(), true);
-        Schema.Builder schema = Schema.newBuilder();
-        for (JsonNode field : one.get("fields")) {
-            schema.column(field.get("name").asText(), parseType(field.get("type").asText()));
+        if (one.has("fields")) { // without fields: write into the existing table
+            catalog.createDatabase(id.getDatabaseName(), true);
+            Schema.Builder schema = Schema.newBuilder();
+            for (JsonNode field : one.get("fields")) {
+                schema.column(field.get("name").asText(), parseType(field.get("type").asText()));
+            }
+            schema.primaryKey(strings(one.path("primary_keys")));
+            schema.partitionKeys(strings(one.path("partition_keys")));
+            one.path("options").fields().forEachRemaining(e -> schema.option(e.getKey(), e.getValue().asText()));
+            catalog.createTable(id, schema.build(), false);
         }
-        schema.primaryKey(strings(one.path("primary_keys")));
-        schema.partitionKeys(strings(one.path("partition_keys")));
-        one.path("options").fields().forEachRemaining(e -> schema.option(e.getKey(), e.getValue().asText()));
-        catalog.createTable(id, schema.build(), false);
         for (JsonNode step : one.path("commits")) {
             try {
                 if (step.has("alter")) {
@@ -609,9 +620,10 @@ public final class PaimonJudge {
         ObjectNode result = NODES.objectNode();
         result.set("write", write(catalog, io, JSON.readTree(spec), false));
         ArrayNode reads = result.putArray("reads");
-        reads.add(read(catalog, "selftest.pk", null, Map.of()));
-        reads.add(read(catalog, "selftest.log", null, Map.of()));
-        reads.add(read(catalog, "selftest.pk$ro", "1", Map.of()));
+        reads.add(read(catalog, "selftest.pk", null, Map.of(), false));
+        reads.add(read(catalog, "selftest.log", null, Map.of(), false));
+        reads.add(read(catalog, "selftest.pk$ro", "1", Map.of(), false));
+        reads.add(read(catalog, "selftest.pk", null, Map.of("incremental-between", "1,3"), true));
         compact(catalog, io, List.of("selftest.pk", "selftest.log"), true);
         return result;
     }
