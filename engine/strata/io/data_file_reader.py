@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from strata.errors import CorruptDataError
@@ -77,20 +78,22 @@ class ColumnMapping:
 def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None = None,
               stat_names: dict[str, str] | None = None, batch_rows: int = BATCH_ROWS,
               use_threads: bool = True, deleted: np.ndarray | None = None,
-              positions: bool = False) -> Iterator[pa.Table]:
+              positions: bool = False, row_filter: Predicate | None = None) -> Iterator[pa.Table]:
     """Yield the file's rows in order, in batches, skipping row groups `prune` rules out.
 
     `stat_names` maps predicate field names to file column names for row-group statistics.
     `use_threads=False` decodes the columns on the calling thread only: for callers that already
     read files in parallel, where nested parallel decoding just burns CPU on contention.
     `deleted`: sorted row positions a deletion vector marks, left out (row groups they cover
-    entirely are not decoded); `positions` appends each row's position as ROW_POSITION."""
+    entirely are not decoded); `positions` appends each row's position as ROW_POSITION.
+    `row_filter`: only the rows it selects (evaluated on the mapped columns, which must hold its
+    fields), filtered before the deleted rows are left out: a selective filter copies little."""
     try:
         if deleted is not None or positions:
             yield from _read_positioned(file_io, path, mapping, prune, stat_names, batch_rows, use_threads,
-                                        deleted, positions)
+                                        deleted, positions, row_filter)
             return
-        yield from _read_file(file_io, path, mapping, prune, stat_names, batch_rows, use_threads)
+        yield from _read_file(file_io, path, mapping, prune, stat_names, batch_rows, use_threads, row_filter)
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError) as exc:
@@ -99,7 +102,9 @@ def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predica
 
 
 def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
-               stat_names: dict[str, str] | None, batch_rows: int, use_threads: bool) -> Iterator[pa.Table]:
+               stat_names: dict[str, str] | None, batch_rows: int, use_threads: bool,
+               row_filter: Predicate | None = None) -> Iterator[pa.Table]:
+    expression = row_filter.to_arrow() if row_filter is not None else None
     with file_io.open_input_file(path) as source:
         parquet = pq.ParquetFile(source)
         available = set(parquet.schema_arrow.names)
@@ -111,42 +116,85 @@ def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predic
         decoded = [c for c in columns if c not in constants]
         for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=groups, columns=decoded,
                                           use_threads=use_threads):
-            table = pa.Table.from_batches([batch])
-            for name, value in constants.items():
-                table = table.append_column(name, pa.repeat(value, table.num_rows))
-            yield mapping.apply(table)
+            table = mapping.apply(_with_constants(batch, constants))
+            yield table if expression is None else table.filter(expression)
 
 
 def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
                      stat_names: dict[str, str] | None, batch_rows: int, use_threads: bool,
-                     deleted: np.ndarray | None, positions: bool) -> Iterator[pa.Table]:
-    """`_read_file` row group by row group, so that each row's position in the file is known."""
+                     deleted: np.ndarray | None, positions: bool,
+                     row_filter: Predicate | None = None) -> Iterator[pa.Table]:
+    """`_read_file` keeping track of each row's position in the file: consecutive row groups are
+    read as one stream (batches of `batch_rows`), a skipped group starts a new one."""
+    expression = row_filter.to_arrow() if row_filter is not None else None
+    no_deletes = np.empty(0, dtype=np.int64)
     with file_io.open_input_file(path) as source:
         parquet = pq.ParquetFile(source)
         meta = parquet.metadata
         starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
         columns = mapping.file_columns(set(parquet.schema_arrow.names))
         groups = _row_groups(parquet, prune, mapping.stat_columns(stat_names or {}))
-        for g in range(meta.num_row_groups) if groups is None else groups:
-            offset, end = int(starts[g]), int(starts[g + 1])
-            dead = deleted[np.searchsorted(deleted, offset):np.searchsorted(deleted, end)] \
-                if deleted is not None else None
-            if dead is not None and len(dead) == end - offset:
-                continue  # every row of the group is deleted
-            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[g], columns=columns,
+        selected = [g for g in (range(meta.num_row_groups) if groups is None else groups)
+                    if deleted is None or _dead_count(deleted, int(starts[g]), int(starts[g + 1]))
+                    < starts[g + 1] - starts[g]]  # a group whose every row is deleted is not decoded
+        if not selected:
+            return
+        constants = _constant_columns(parquet, columns, selected)
+        decoded = [c for c in columns if c not in constants]
+        for run in _consecutive(selected):
+            offset = int(starts[run[0]])
+            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=run, columns=decoded,
                                               use_threads=use_threads):
-                table = mapping.apply(pa.Table.from_batches([batch]))
+                table = mapping.apply(_with_constants(batch, constants))
                 n = table.num_rows
-                if positions:
-                    table = table.append_column(ROW_POSITION, pa.array(np.arange(offset, offset + n, dtype=np.int64)))
-                if dead is not None and len(dead):
-                    inside = dead[(dead >= offset) & (dead < offset + n)] - offset
-                    if len(inside):
-                        keep = np.ones(n, dtype=bool)
-                        keep[inside] = False
-                        table = table.filter(pa.array(keep))
+                dead = no_deletes if deleted is None else \
+                    deleted[np.searchsorted(deleted, offset):np.searchsorted(deleted, offset + n)] - offset
+                yield _live_rows(table, offset, dead, positions, expression)
                 offset += n
-                yield table
+
+
+def _dead_count(deleted: np.ndarray, start: int, end: int) -> int:
+    return int(np.searchsorted(deleted, end) - np.searchsorted(deleted, start))
+
+
+def _consecutive(groups: Sequence[int]) -> list[list[int]]:
+    """Row-group indices (ascending) as runs of consecutive ones."""
+    runs: list[list[int]] = []
+    for g in groups:
+        if runs and runs[-1][-1] == g - 1:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    return runs
+
+
+def _with_constants(batch: pa.RecordBatch, constants: dict[str, pa.Scalar]) -> pa.Table:
+    table = pa.Table.from_batches([batch])
+    for name, value in constants.items():
+        table = table.append_column(name, pa.repeat(value, table.num_rows))
+    return table
+
+
+def _live_rows(table: pa.Table, offset: int, dead: np.ndarray, positions: bool,
+               expression: pc.Expression | None) -> pa.Table:
+    """The rows of a batch starting at row `offset` of its file, without the `dead` ones (offsets
+    in the batch, sorted) and, with `expression`, only those it selects."""
+    n = table.num_rows
+    if positions or (expression is not None and len(dead)):
+        table = table.append_column(ROW_POSITION, pa.array(np.arange(offset, offset + n, dtype=np.int64)))
+    if expression is not None:
+        table = table.filter(expression)
+        if len(dead) and table.num_rows:
+            at = table.column(ROW_POSITION).to_numpy() - offset
+            table = table.filter(pa.array(~np.isin(at, dead, assume_unique=True)))
+        if ROW_POSITION in table.column_names and not positions:
+            table = table.drop_columns([ROW_POSITION])
+        return table
+    if len(dead):
+        keep = np.ones(n, dtype=bool)
+        keep[dead] = False
+        table = table.filter(pa.array(keep))
+    return table
 
 
 def _constant_columns(parquet: pq.ParquetFile, columns: Sequence[str],

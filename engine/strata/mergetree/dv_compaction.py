@@ -7,11 +7,20 @@ looks up their keys in the runs outside the unit (positions included), merges th
 the new records, writes the result at the output level, and marks the found rows deleted. Files the
 unit rewrites lose their vectors; retractions are dropped (a deleted key is gone once its old row is
 marked). Every read of a file applies its current vector.
+
+The lookup outside the unit decodes only the key column(s) when the old rows' values do not matter
+(deduplicate without sequence field, ignore-delete or lookup changelog: the new record replaces the
+old one whatever it holds), skips files whose key range holds no new key, and matches integer keys
+by binary search in each (sorted) file. The keys of the bucket's files are kept in memory (files
+are immutable; up to KEY_CACHE_ROWS keys a bucket), so a commit decodes no file it has seen. A unit
+that is one level-0 file without retractions is upgraded to its output level without rewriting it:
+only the rows it supersedes are marked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -21,24 +30,31 @@ from strata.deletionvectors import BucketDeletionVectors
 from strata.io.data_file_reader import ROW_POSITION
 from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
 from strata.manifest.data_file_meta import DataFileMeta
+from strata.mergetree.anti_join import _key_codes
 from strata.mergetree.compact.task import CompactResult, FileReader, run_compaction
 from strata.mergetree.compact.universal import CompactUnit
+from strata.mergetree.levels import KeyOrder
 from strata.mergetree.lookup import Found, LevelLookup, key_mask, unique_keys
-from strata.mergetree.merge_function import MergeFunction, drop_retractions
-from strata.mergetree.sorting import sort_by_key
+from strata.mergetree.merge_function import DeduplicateMerge, MergeFunction, drop_retractions
+from strata.mergetree.sorting import group_ends, sort_by_key
 from strata.schema.table_schema import SEQUENCE_NUMBER
 
 _FILE = "__strata_dv_file"
+# reads a data file with each row's position (ROW_POSITION), without its deleted rows; only the
+# given file-layout columns (None: all of them)
+PositionedReader = Callable[[DataFileMeta, Sequence[str] | None], Iterator[pa.Table]]
+KEY_CACHE_ROWS = 16 << 20  # keys of a bucket's files kept in memory (int64 each, positions when some are dead)
 
 
 class DeletionVectorCompaction:
     """Runs the compaction units of one merge-on-write bucket."""
 
     def __init__(self, vectors: BucketDeletionVectors, read: FileReader,
-                 read_positioned: Callable[[DataFileMeta], Iterator[pa.Table]], writer: DataFileWriter,
+                 read_positioned: PositionedReader, writer: DataFileWriter,
                  key_names: list[str], merge_function: MergeFunction, lookup: LevelLookup | None,
-                 changelog_writer: DataFileWriter | None, schema: pa.Schema):
-        """`schema`: the data files' Arrow schema (file layout)."""
+                 changelog_writer: DataFileWriter | None, schema: pa.Schema, key_order: KeyOrder | None = None):
+        """`schema`: the data files' Arrow schema (file layout); `key_order` decodes the files'
+        min/max keys (files whose range holds no looked-up key are skipped)."""
         self.vectors = vectors
         self.read = read
         self.read_positioned = read_positioned
@@ -48,11 +64,69 @@ class DeletionVectorCompaction:
         self.lookup = lookup  # with the lookup changelog producer
         self.changelog_writer = changelog_writer
         self.schema = schema
+        self.key_order = key_order
+        # the old rows' values matter only to merge engines that combine them with the new record
+        # (or keep the old one), and to the lookup changelog; otherwise the lookup reads keys only
+        self.values_needed = lookup is not None or not (
+            isinstance(merge_function, DeduplicateMerge) and merge_function.sequence is None
+            and not merge_function.ignore_delete)
+        # file name -> (sorted int64 key codes, their row positions or None for 0..n-1): the keys
+        # a lookup matches, one integer-like key column only
+        self._keys: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._cached_rows = 0
+        # level-0 files this writer just flushed, by name: their rows, so that the compaction of
+        # the same commit (which moves them up) does not decode them again
+        self._flushed: dict[str, pa.Table] = {}
+
+    def flushed(self, files: list[DataFileMeta], rows: pa.Table) -> None:
+        """A flush wrote `rows` (file layout, in order) as the level-0 `files`."""
+        if sum(f.row_count for f in files) != rows.num_rows:
+            return
+        start = 0
+        for f in files:
+            self._flushed[f.file_name] = rows.slice(start, f.row_count)
+            start += f.row_count
+        self._remember(files, rows)
+
+    def _rows_of(self, f: DataFileMeta) -> list[pa.Table]:
+        flushed = self._flushed.pop(f.file_name, None)
+        if flushed is not None:
+            return [flushed.select(self.schema.names)]
+        return list(self.read(f))
 
     def run(self, unit: CompactUnit) -> CompactResult:
         if not any(f.level == 0 for f in unit.files) or (not unit.others and self.lookup is None):
-            return self._rewrite(unit)
-        return self._merge_level0(unit)
+            result = self._rewrite(unit)
+        elif self._upgradable(unit):
+            result = self._upgrade(unit)
+        else:
+            result = self._merge_level0(unit)
+        kept = {f.file_name for f in result.after}
+        for f in result.before:
+            self._flushed.pop(f.file_name, None)
+            if f.file_name not in kept:
+                self._forget(f.file_name)
+        return result
+
+    def _upgradable(self, unit: CompactUnit) -> bool:
+        """One level-0 file (merged at flush: each key once) of inserts and updates only, whose
+        old rows need no merging: it moves up as it is."""
+        if self.values_needed or len(unit.files) != 1 or unit.output_level == 0:
+            return False
+        f = unit.files[0]
+        return f.level == 0 and f.delete_row_count == 0 and not self.vectors.has_deletions(f.file_name)
+
+    def _upgrade(self, unit: CompactUnit) -> CompactResult:
+        f = unit.files[0]
+        flushed = self._flushed.get(f.file_name)
+        if flushed is not None:
+            new = flushed.select(self.key_names)
+        else:
+            new = _concat([t.drop_columns([ROW_POSITION]) for t in self.read_positioned(f, self.key_names)],
+                          pa.schema([self.schema.field(n) for n in self.key_names]).empty_table())
+            self._remember([f], new)  # its keys, for the lookups of the next commits
+        self._mark_superseded(unit, unique_keys(new, self.key_names))
+        return CompactResult([f], [dataclasses.replace(f, level=unit.output_level)], [])
 
     def _rewrite(self, unit: CompactUnit) -> CompactResult:
         """Runs whose keys are each live once (or a unit with no run outside it): a plain merge of
@@ -67,10 +141,19 @@ class DeletionVectorCompaction:
         return result
 
     def _merge_level0(self, unit: CompactUnit) -> CompactResult:
-        per_file = [(f, list(self.read(f))) for f in unit.files]
+        per_file = [(f, self._rows_of(f)) for f in unit.files]
         records = [t for _, tables in per_file for t in tables]
         new = _concat([t for f, tables in per_file if f.level == 0 for t in tables], self._empty())
         keys = unique_keys(new, self.key_names)
+        if not self.values_needed:
+            # deduplicate: the old rows are only marked, the unit's records win
+            merged = drop_retractions(self._latest(records))
+            after = self.writer.write(merged, level=unit.output_level, file_source=FILE_SOURCE_COMPACT)
+            for f in unit.files:
+                self.vectors.remove(f.file_name)
+            self._mark_superseded(unit, keys)
+            self._remember(after, merged)
+            return CompactResult(list(unit.files), after, [])
         outside = self._live_rows_outside(unit, keys)
         plain_outside = outside.drop_columns([_FILE, ROW_POSITION])
         merged = self._merge([plain_outside, *records])
@@ -81,20 +164,106 @@ class DeletionVectorCompaction:
         above = [t for f, tables in per_file if f.level > 0 for t in tables]
         return CompactResult(list(unit.files), after, self._changelog(new, keys, plain_outside, above))
 
+    # -- the lookup of superseded rows by key only -----------------------------------------------
+    def _mark_superseded(self, unit: CompactUnit, keys: pa.Table) -> None:
+        """Mark the rows of `keys` in the runs outside the unit (their values do not matter)."""
+        sorted_codes = _sorted_codes(keys, self.key_names)
+        bounds = self._key_bounds(keys)
+        for run in unit.others:
+            for f in run.files:
+                if bounds is not None and self._outside(f, bounds):
+                    continue
+                cached = self._cached_keys(f) if sorted_codes is not None else None
+                if cached is not None and sorted_codes is not None:
+                    codes, positions = cached
+                    at = _search(codes, sorted_codes)
+                    # a cached key may since have been marked: marking it again changes nothing
+                    self.vectors.mark(f.file_name, at if positions is None else positions[at])
+                    continue
+                for table in self.read_positioned(f, self.key_names):
+                    rows = _matching_rows(table, keys, self.key_names, sorted_codes)
+                    if rows is not None:
+                        self.vectors.mark(f.file_name, rows.column(ROW_POSITION).to_numpy())
+
+    def _cached_keys(self, f: DataFileMeta) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """The file's live keys as sorted int64 codes and their positions, read once."""
+        cached = self._keys.get(f.file_name)
+        if cached is not None:
+            return cached
+        tables = list(self.read_positioned(f, self.key_names))
+        if not tables:
+            return None
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        codes = _key_codes(table.column(self.key_names[0]))
+        if codes is None or not _strictly_increasing(codes):
+            return None
+        positions = table.column(ROW_POSITION).to_numpy()
+        return self._cache(f.file_name, codes, None if len(positions) == f.row_count else positions)
+
+    def _remember(self, files: list[DataFileMeta], rows: pa.Table) -> None:
+        """Cache the keys of files just written (or upgraded) from `rows`, their rows in order."""
+        if len(self.key_names) != 1 or sum(f.row_count for f in files) != rows.num_rows:
+            return
+        codes = _key_codes(rows.column(self.key_names[0]))
+        if codes is None:
+            return
+        start = 0
+        for f in files:
+            part = codes[start:start + f.row_count]
+            start += f.row_count
+            if _strictly_increasing(part):
+                self._cache(f.file_name, part, None)
+
+    def _cache(self, name: str, codes: np.ndarray,
+               positions: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+        entry = (codes, positions)
+        if self._cached_rows + len(codes) <= KEY_CACHE_ROWS:
+            self._forget(name)
+            self._keys[name] = entry
+            self._cached_rows += len(codes)
+        return entry
+
+    def _forget(self, name: str) -> None:
+        entry = self._keys.pop(name, None)
+        if entry is not None:
+            self._cached_rows -= len(entry[0])
+
     def _live_rows_outside(self, unit: CompactUnit, keys: pa.Table) -> pa.Table:
         """The live rows of `keys` in the runs outside the unit, with their file and position."""
         found = []
+        sorted_codes = _sorted_codes(keys, self.key_names)
+        bounds = self._key_bounds(keys)
         for run in unit.others:
             for f in run.files:
-                for table in self.read_positioned(f):
-                    hit = key_mask(table, keys, self.key_names)
-                    if hit.any():
-                        rows = table.filter(pa.array(hit))
+                if bounds is not None and self._outside(f, bounds):
+                    continue
+                for table in self.read_positioned(f, None):
+                    rows = _matching_rows(table, keys, self.key_names, sorted_codes)
+                    if rows is not None and rows.num_rows:
                         found.append(rows.append_column(_FILE, pa.repeat(pa.scalar(f.file_name), rows.num_rows)))
         if found:
             return pa.concat_tables(found)
         return self._empty().append_column(ROW_POSITION, pa.array([], pa.int64())) \
             .append_column(_FILE, pa.array([], pa.string()))
+
+    def _outside(self, f: DataFileMeta, bounds: tuple[tuple, tuple]) -> bool:
+        """True when the file's key range lies wholly below or above the looked-up keys."""
+        assert self.key_order is not None
+        try:
+            return bool(self.key_order(f.max_key) < bounds[0] or self.key_order(f.min_key) > bounds[1])
+        except TypeError:  # a decoded key of another Python type than Arrow's: read the file
+            return False
+
+    def _key_bounds(self, keys: pa.Table) -> tuple[tuple, tuple] | None:
+        """The smallest and largest looked-up key, in the key order of the files' min/max keys
+        (one key column; None: no file is skipped)."""
+        if self.key_order is None or len(self.key_names) != 1 or keys.num_rows == 0:
+            return None
+        column = keys.column(0)
+        if column.null_count:
+            return None
+        low, high = pc.min_max(column).values()
+        return (low.as_py(),), (high.as_py(),)
 
     def _empty(self) -> pa.Table:
         return self.schema.empty_table()
@@ -106,6 +275,16 @@ class DeletionVectorCompaction:
         records = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
         order = sort_by_key(records, self.key_names, SEQUENCE_NUMBER)
         return self.merge_function.merge(records.take(order), self.key_names)
+
+    def _latest(self, tables: list[pa.Table]) -> pa.Table:
+        """Deduplicate: each key's latest record, in key order, gathered once."""
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            return self._empty()
+        records = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+        order = sort_by_key(records, self.key_names, SEQUENCE_NUMBER)
+        keys = pa.table({k: records.column(k).take(order) for k in self.key_names})
+        return records.take(pa.array(order[group_ends(keys, self.key_names)]))
 
     def _mark(self, outside: pa.Table) -> None:
         if outside.num_rows == 0:
@@ -129,6 +308,40 @@ class DeletionVectorCompaction:
         if changes is None:
             return []
         return self.changelog_writer.write(changes, level=0, file_source=FILE_SOURCE_COMPACT)
+
+
+def _sorted_codes(keys: pa.Table, key_names: list[str]) -> np.ndarray | None:
+    """One integer-like key: the looked-up keys as sorted int64 codes (matched by binary search)."""
+    if len(key_names) != 1:
+        return None
+    codes = _key_codes(keys.column(key_names[0]))
+    return None if codes is None else np.sort(codes)
+
+
+def _search(codes: np.ndarray, sorted_codes: np.ndarray) -> np.ndarray:
+    """Indices into `codes` (sorted, unique) of the values in `sorted_codes` (sorted, unique), ascending."""
+    at = np.searchsorted(codes, sorted_codes)
+    inside = at < len(codes)
+    at = at[inside]
+    return at[codes[at] == sorted_codes[inside]]
+
+
+def _strictly_increasing(codes: np.ndarray) -> bool:
+    return bool(np.all(codes[1:] > codes[:-1]))
+
+
+def _matching_rows(table: pa.Table, keys: pa.Table, key_names: list[str],
+                   sorted_codes: np.ndarray | None) -> pa.Table | None:
+    """The rows of `table` (a batch of one data file, in key order) whose key is one of `keys`."""
+    if table.num_rows == 0:
+        return None
+    column = _key_codes(table.column(key_names[0])) if sorted_codes is not None else None
+    if column is not None and sorted_codes is not None and _strictly_increasing(column):
+        # the file is sorted by key, each live key once: binary-search each looked-up key
+        at = _search(column, sorted_codes)
+        return table.take(pa.array(at)) if len(at) else None
+    hit = key_mask(table, keys, key_names)
+    return table.filter(pa.array(hit)) if hit.any() else None
 
 
 def _concat(tables: list[pa.Table], empty: pa.Table) -> pa.Table:

@@ -16,10 +16,10 @@ from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.compact.manager import CompactManager
 from strata.mergetree.compact.task import ChangelogOutput, CompactResult, FileReader, run_compaction
 from strata.mergetree.compact.universal import CompactUnit
-from strata.mergetree.dv_compaction import DeletionVectorCompaction
+from strata.mergetree.dv_compaction import DeletionVectorCompaction, PositionedReader
 from strata.mergetree.lookup import LevelLookup
-from strata.mergetree.merge_function import FirstRowMerge, MergeFunction
-from strata.mergetree.sorting import sort_by_key
+from strata.mergetree.merge_function import DeduplicateMerge, FirstRowMerge, MergeFunction
+from strata.mergetree.sorting import group_ends, sort_by_key
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 from strata.table.commit_message import CommitMessage
 
@@ -71,6 +71,11 @@ class BucketWriter:
     def finish_compaction(self) -> None:
         """Hook: wait for a compaction compact(wait=False) started."""
 
+    @property
+    def waits_at_commit(self) -> bool:
+        """Whether prepare_commit waits for compaction work (level 0 moved up at every commit)."""
+        return False
+
     def prepare_commit(self, wait_compaction: bool = False) -> CommitMessage:
         self.flush()
         self._collect_compaction(wait_compaction)
@@ -107,7 +112,7 @@ class CompactionContext:
     compact_level0_at_commit: bool = False
     # merge-on-write tables: the bucket's deletion vectors (level 0 also moves up at every commit)
     deletion_vectors: BucketDeletionVectors | None = None
-    read_positioned: FileReader | None = None  # reads a file with each row's position
+    read_positioned: PositionedReader | None = None  # reads a file with each row's position
 
 
 class KeyValueBucketWriter(BucketWriter):
@@ -143,7 +148,8 @@ class KeyValueBucketWriter(BucketWriter):
             lookup = self.lookup if compaction.changelog_producer == "lookup" else None
             self.dv_compaction = DeletionVectorCompaction(
                 compaction.deletion_vectors, compaction.read, compaction.read_positioned, file_writer, self.key_names,
-                merge_function, lookup, compaction.changelog_writer, schema.file_arrow_schema())
+                merge_function, lookup, compaction.changelog_writer, schema.file_arrow_schema(),
+                manager.levels.key_order if manager is not None else None)
 
     def write(self, rows: pa.Table, kinds: np.ndarray | None) -> None:
         if kinds is not None:  # refuse row kinds the merge engine rejects now, not at flush time
@@ -162,13 +168,26 @@ class KeyValueBucketWriter(BucketWriter):
     def _flush_table(self, table: pa.Table) -> list[DataFileMeta]:
         # rows are buffered in sequence order and the sort is stable, so ties keep that order
         order = sort_by_key(table, self.key_names, None)
-        ordered = table.take(order)
         context = self.compaction
         if context.changelog_producer == "input" and context.changelog_writer is not None:
             # the input is already a complete changelog: keep every record, in key order
+            ordered = table.take(order)
             self.changelog_files.extend(context.changelog_writer.write(ordered, level=0))
-        merged = self.merge_function.merge(ordered, self.key_names)
-        return self.file_writer.write(merged, level=0)
+            merged = self.merge_function.merge(ordered, self.key_names)
+        elif _latest_wins(self.merge_function):
+            # each key's last record wins: choose the winners from the keys, gather the rows once
+            keys = pa.table({k: table.column(k).take(order) for k in self.key_names})
+            merged = table.take(pa.array(order[group_ends(keys, self.key_names)]))
+        else:
+            merged = self.merge_function.merge(table.take(order), self.key_names)
+        files = self.file_writer.write(merged, level=0)
+        if self.dv_compaction is not None and context.manager is not None:
+            self.dv_compaction.flushed(files, merged)  # moved up by this commit's compaction
+        return files
+
+    @property
+    def waits_at_commit(self) -> bool:
+        return self.compaction.manager is not None and self.compaction.manager.force_level0_up
 
     def prepare_commit(self, wait_compaction: bool = False) -> CommitMessage:
         message = self._prepare_commit(wait_compaction)
@@ -305,3 +324,9 @@ class KeyValueBucketWriter(BucketWriter):
         manager = self.compaction.manager
         if manager is not None and manager.future is not None:
             manager.future.cancel()
+
+
+def _latest_wins(merge_function: MergeFunction) -> bool:
+    """Deduplicate without sequence field or ignore-delete: a key's last record is its merge."""
+    return isinstance(merge_function, DeduplicateMerge) and merge_function.sequence is None \
+        and not merge_function.ignore_delete

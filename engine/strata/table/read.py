@@ -133,8 +133,9 @@ class TableRead:
         else:
             batches = self._merged(split, decode) if self.schema.primary_keys else self._appended(split, decode)
         with_kinds = self._labels_kinds(split)
+        filtered = self._raw(split)  # the reader applied the filter (see _read)
         for batch in batches:
-            out = self._finish(batch, with_kinds)
+            out = self._finish(batch, with_kinds, filtered)
             if out.num_rows:
                 yield out
 
@@ -237,15 +238,18 @@ class TableRead:
         deleted = None
         if split.deletion_files and f.file_name in split.deletion_files:
             deleted = deleted_positions(self.table.file_io, split.deletion_files[f.file_name])
+        # raw (deletion-vector) splits: the filter selects rows in the reader, before the deleted
+        # rows are dropped, so a selective filter copies only what it keeps
+        row_filter = self.filter if self._raw(split) else None
         yield from read_file(io, self._path(split, f), mapping, prune, stat_names, use_threads=decode_threads,
-                             deleted=deleted)
+                             deleted=deleted, row_filter=row_filter)
 
     @staticmethod
     def _path(split: DataSplit, f: DataFileMeta) -> str:
         return f.external_path or f"{split.bucket_path}/{f.file_name}"
 
-    def _finish(self, batch: pa.Table, with_kinds: bool) -> pa.Table:
-        """Drop retractions (or label them), apply the filter, project."""
+    def _finish(self, batch: pa.Table, with_kinds: bool, filtered: bool = False) -> pa.Table:
+        """Drop retractions (or label them), apply the filter (unless already `filtered`), project."""
         if self.key_names:
             codes = batch.column(VALUE_KIND).to_numpy()
             if with_kinds:
@@ -255,7 +259,7 @@ class TableRead:
                 mask = live_rows_mask(codes)
                 if not mask.all():
                     batch = batch.filter(pa.array(mask))
-        if self.filter is not None:
+        if self.filter is not None and not filtered:
             batch = batch.filter(self.filter.to_arrow())
         out = pa.Table.from_arrays([batch.column(n) for n in self.columns], schema=self.output_schema)
         if with_kinds:

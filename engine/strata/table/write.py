@@ -32,7 +32,7 @@ from strata.table.conform import conform, row_kinds, to_arrow_table
 from strata.table.paths import PathFactory, partition_path
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     import pandas as pd
 
@@ -224,9 +224,11 @@ class TableWrite:
         """Reads a data file of the bucket in file layout; with `vectors`, without its deleted rows."""
         file_names = self.schema.file_arrow_schema().names
 
-        def read(f: DataFileMeta):
+        def read(f: DataFileMeta, columns: Sequence[str] | None = None):
+            """`columns`: only these file-layout columns (None: all of them)."""
             check_rewritable(self.schema, f.schema_id, f.file_name, str(self.table.identifier))
-            mapping = ColumnMapping(self.schema, self.table.schema_at(f.schema_id), file_names)
+            mapping = ColumnMapping(self.schema, self.table.schema_at(f.schema_id),
+                                    file_names if columns is None else columns)
             deleted = vectors.positions_of(f.file_name) if vectors is not None else None
             return read_file(self.table.file_io, f"{bucket_dir}/{f.file_name}", mapping, deleted=deleted,
                              positions=positions)
@@ -272,7 +274,15 @@ class TableWrite:
         if full:
             self.compact(full=True)
         self._flush_all()
-        messages = [w.prepare_commit(wait_compaction) for w in self.writers.values()]
+        writers = list(self.writers.values())
+        if len(writers) > 1 and any(w.waits_at_commit for w in writers):
+            # each bucket waits for its level-0 compaction, then writes its deletion-vector index:
+            # side by side, one bucket's index write overlaps another's compaction
+            with ThreadPoolExecutor(max_workers=min(len(writers), os.cpu_count() or 1),
+                                    thread_name_prefix="strata-prepare") as pool:
+                messages = list(pool.map(lambda w: w.prepare_commit(wait_compaction), writers))
+        else:
+            messages = [w.prepare_commit(wait_compaction) for w in writers]
         messages = [m for m in messages if not m.is_empty()]
         self.write_metrics.committed([w.compaction.manager.levels for w in self.writers.values()
                                       if isinstance(w, KeyValueBucketWriter) and w.compaction.manager])
