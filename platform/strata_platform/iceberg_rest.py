@@ -421,6 +421,9 @@ class RestHandler(BaseHTTPRequestHandler):
                 status = self._send_json(200, payload, method)
             except RestError as exc:
                 status = self._send_json(exc.code, exc.body(), method)
+        except (BrokenPipeError, ConnectionResetError):  # the client left before the answer
+            status = 499
+            self.close_connection = True
         except Exception as exc:  # the client gets the class only; the trace stays in the log
             log.exception("%s %s failed", method, self.path)
             error = RestError(500, "InternalServerError", f"{type(exc).__name__} (see the catalog server's log)")
