@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("read", help="read rows")
     p.add_argument("table", help="database.table, or a system table such as 'db.t$snapshots' "
                                  "($schemas, $options, $files, $manifests, $partitions, $buckets, $tags, "
-                                 "$consumers, $audit_log, $ro)")
+                                 "$consumers, $table_indexes, $audit_log, $ro)")
     p.add_argument("--columns", default=None, help="comma-separated columns to output")
     p.add_argument("--where", default=None,
                    help="conditions joined by AND: col = 1, col <> 'x', col BETWEEN 1 AND 9, "

@@ -16,6 +16,8 @@ partitions     per partition: records, bytes, files, last file creation time, bu
 buckets        per (partition, bucket): records, bytes, files, last file creation time
 tags           the tags, by name
 consumers      the consumers (``consumer/consumer-<id>``) and the next snapshot each will read
+table_indexes  the index files of a snapshot (latest by default), as its index manifest lists them:
+               deletion-vector files with the range of each data file's vector, hash indexes...
 audit_log      the table's rows with a leading ``rowkind`` (+I/-U/+U/-D): for primary-key tables
                the merged records of every key including deletes not yet compacted away (Paimon
                reads the table with ``forceKeepDelete``); append tables are all +I. With
@@ -115,10 +117,20 @@ TAGS = pa.schema([
     _f("time_retained", _STR),
 ])
 CONSUMERS = pa.schema([_f("consumer_id", _STR, False), _f("next_snapshot_id", pa.int64(), False)])
+# TableIndexesTable.TABLE_TYPE; dv_ranges holds DeletionVectorMeta.SCHEMA rows (data file, offset,
+# length, cardinality), as the index manifest does
+DV_RANGE = pa.struct([_f("f0", _STR, False), _f("f1", pa.int32(), False), _f("f2", pa.int32(), False),
+                      _f("_CARDINALITY", pa.int64())])
+TABLE_INDEXES = pa.schema([
+    _f("partition", _STR), _f("bucket", pa.int32(), False), _f("index_type", _STR, False),
+    _f("file_name", _STR, False), _f("file_size", pa.int64(), False), _f("row_count", pa.int64(), False),
+    _f("dv_ranges", pa.list_(DV_RANGE)), _f("row_range_start", pa.int64()), _f("row_range_end", pa.int64()),
+    _f("index_field_id", pa.int32()), _f("index_field_name", _STR),
+])
 
 _FIXED_SCHEMAS = {"snapshots": SNAPSHOTS, "schemas": SCHEMAS, "options": OPTIONS, "files": FILES,
                   "manifests": MANIFESTS, "partitions": PARTITIONS, "buckets": BUCKETS, "tags": TAGS,
-                  "consumers": CONSUMERS}
+                  "consumers": CONSUMERS, "table_indexes": TABLE_INDEXES}
 SYSTEM_TABLES = (*_FIXED_SCHEMAS, "audit_log", "ro")
 
 
@@ -171,7 +183,7 @@ def read_system_table(table: Table, name: str, columns: Sequence[str] | None = N
     elif key == "audit_log":
         data = _audit_log(table, filter, **at)
     else:
-        if key in ("snapshots", "schemas", "options", "tags", "consumers") and any(v is not None for v in at.values()):
+        if key not in _AT_SNAPSHOT and any(v is not None for v in at.values()):
             raise ValueError(f"system table {key!r} does not take a snapshot, timestamp or tag")
         builder: Callable[..., list[dict[str, Any]]] = _BUILDERS[key]
         rows = builder(table, **at) if key in _AT_SNAPSHOT else builder(table)
@@ -487,12 +499,42 @@ def _consumers(table: Table) -> list[dict[str, Any]]:
             for c in sorted(table.consumers.list_all(), key=lambda c: c.consumer_id)]
 
 
+def _table_indexes(table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
+                   tag: str | None = None) -> list[dict[str, Any]]:
+    """The entries of the snapshot's index manifest, in its order (TableIndexesTable)."""
+    snapshot = _snapshot_at(table, snapshot_id, timestamp_millis, tag)
+    if snapshot is None or snapshot.index_manifest is None:
+        return []
+    dtypes = _partition_dtypes(table)
+    names = {f.id: f.name for f in table.schema.fields}
+    rows = []
+    for e in table.manifest_store.read_index_manifest(snapshot.index_manifest):
+        ranges = None if e.dv_ranges is None else [
+            {"f0": r.data_file_name, "f1": r.offset, "f2": r.length, "_CARDINALITY": r.cardinality}
+            for r in e.dv_ranges]
+        g = e.global_index
+        field_name = None
+        if g is not None:
+            ids = g.extra_field_ids if g.extra_field_ids else [g.index_field_id]
+            if all(i in names for i in ids):
+                field_name = ",".join(names[i] for i in ids)
+        rows.append({
+            "partition": _row_string(_partition_values(table, e.partition), dtypes), "bucket": e.bucket,
+            "index_type": e.index_type, "file_name": e.file_name, "file_size": e.file_size,
+            "row_count": e.row_count, "dv_ranges": ranges,
+            "row_range_start": g.row_range_start if g is not None else None,
+            "row_range_end": g.row_range_end if g is not None else None,
+            "index_field_id": g.index_field_id if g is not None else None, "index_field_name": field_name,
+        })
+    return rows
+
+
 _BUILDERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "snapshots": _snapshots, "schemas": _schemas, "options": _options, "files": _files,
     "manifests": _manifests, "partitions": _partitions, "buckets": _buckets, "tags": _tags,
-    "consumers": _consumers,
+    "consumers": _consumers, "table_indexes": _table_indexes,
 }
-_AT_SNAPSHOT = ("files", "manifests", "partitions", "buckets")
+_AT_SNAPSHOT = ("files", "manifests", "partitions", "buckets", "table_indexes")
 
 
 # -- audit log ---------------------------------------------------------------------------------------

@@ -255,7 +255,7 @@ class Table:
 
     def system_table(self, name: str, **kwargs: Any) -> pa.Table:
         """A system table of this table as Arrow: 'snapshots', 'schemas', 'options', 'files',
-        'manifests', 'partitions', 'buckets', 'tags', 'consumers', 'audit_log', 'ro' (Paimon's
+        'manifests', 'partitions', 'buckets', 'tags', 'consumers', 'table_indexes', 'audit_log', 'ro' (Paimon's
         ``t$name``); `kwargs` such as snapshot_id pick the snapshot the file-level ones describe."""
         from strata.table.system_tables import read_system_table
 
