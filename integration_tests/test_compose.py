@@ -308,10 +308,6 @@ def test_trino_reads_strata_tables_through_the_iceberg_rest_catalog(stack: Stack
     cursor = conn.cursor()
     cursor.execute("SHOW SCHEMAS FROM strata")
     assert {"demo", "cdc"} <= {row[0] for row in cursor.fetchall()}
-    try:
-        import strata.iceberg  # noqa: F401 - the engine publishes Iceberg metadata
-    except ImportError:
-        pytest.skip("strata.iceberg (the Iceberg metadata writer) is not there")
     catalog = stack.catalog()
     name = f"iceberg_{uuid.uuid4().hex[:8]}"
     table = catalog.create_table(f"demo.{name}", pa.schema([("id", pa.int64()), ("day", pa.string())]),

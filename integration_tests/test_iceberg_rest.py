@@ -5,8 +5,8 @@ every request here carries it) and at DEBUG level (so the test of the log sees e
 ever writes). Its tables: ``sales.orders`` with hand-written Iceberg metadata (two snapshots,
 ``main`` on the second, an older one outside any ref), ``sales.plain`` (a Strata table with no
 Iceberg metadata: not an Iceberg table), ``sales.broken`` (metadata that is not JSON), the empty
-database ``empty_db``, and, when the engine publishes Iceberg metadata (``strata.iceberg``),
-tables written by it with each ``metadata.iceberg.storage``. Other servers: one with neither
+database ``empty_db``, and tables the engine wrote and published (``strata.iceberg``) with each
+``metadata.iceberg.storage``. Other servers: one with neither
 token nor vended S3 settings, one with vended settings, one over an unreachable object store,
 and the ``iceberg_rest`` service on MinIO.
 """
@@ -172,14 +172,6 @@ def two_snapshot_metadata(location: str) -> dict[str, Any]:
     return metadata
 
 
-def writer_available() -> bool:
-    try:
-        import strata.iceberg as writer
-    except ImportError:
-        return False
-    return hasattr(writer, "latest_metadata_location")
-
-
 @dataclass
 class Warehouse:
     path: Path
@@ -202,13 +194,12 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
     catalog.create_table("sales.plain", schema)
     publish(catalog.create_table("sales.broken", schema), 1, b"{not json")
     written: dict[str, tuple[Any, str]] = {}
-    if writer_available():
-        for storage in ("table-location", "hadoop-catalog", "rest-catalog"):
-            name = f"w_{storage.replace('-', '_')}"
-            table = catalog.create_table(f"sales.{name}", schema, options={"metadata.iceberg.storage": storage})
-            table.write(pa.table({"id": [1, 2], "item": ["a", "b"]}))
-            table.write(pa.table({"id": [3], "item": ["c"]}))
-            written[name] = (catalog.get_table(f"sales.{name}"), storage)
+    for storage in ("table-location", "hadoop-catalog", "rest-catalog"):
+        name = f"w_{storage.replace('-', '_')}"
+        table = catalog.create_table(f"sales.{name}", schema, options={"metadata.iceberg.storage": storage})
+        table.write(pa.table({"id": [1, 2], "item": ["a", "b"]}))
+        table.write(pa.table({"id": [3], "item": ["c"]}))
+        written[name] = (catalog.get_table(f"sales.{name}"), storage)
     return Warehouse(path, catalog, metadata, written)
 
 
@@ -334,7 +325,6 @@ def test_a_new_metadata_version_is_served_at_once(server: Server, warehouse: War
         warehouse.catalog.drop_table("sales.moving")
 
 
-@pytest.mark.skipif(not writer_available(), reason="strata.iceberg (the Iceberg metadata writer) is not there")
 def test_tables_the_engine_published(server: Server, warehouse: Warehouse) -> None:
     for name, (table, storage) in warehouse.written.items():
         body = server.get(f"/v1/namespaces/sales/tables/{name}").json

@@ -26,18 +26,6 @@ from strata_platform.services.testing import provide
 pytestmark = [pytest.mark.trino, pytest.mark.minio, pytest.mark.e2e]
 
 
-def writer_available() -> bool:
-    try:
-        import strata.iceberg as writer
-    except ImportError:
-        return False
-    return hasattr(writer, "latest_metadata_location")
-
-
-needs_writer = pytest.mark.skipif(not writer_available(),
-                                  reason="strata.iceberg (the Iceberg metadata writer) is not there")
-
-
 @pytest.fixture(scope="module")
 def iceberg_rest(minio: Service) -> Iterator[Service]:
     yield from provide("iceberg_rest")
@@ -133,7 +121,6 @@ def orders(ids: range, day: str) -> pa.Table:
     }, schema=ORDERS)
 
 
-@needs_writer
 def test_partitioned_append_table(trino: Service, catalog: Any, database: str) -> None:
     table = catalog.create_table(f"{database}.orders", ORDERS, partition_keys=["day"],
                                  options={"metadata.iceberg.storage": "rest-catalog"})
@@ -158,7 +145,6 @@ def test_partitioned_append_table(trino: Service, catalog: Any, database: str) -
         table, snapshot_id=first)
 
 
-@needs_writer
 def test_primary_key_table_with_deletion_vectors(trino: Service, catalog: Any, database: str) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string()), ("score", pa.int32())])
     table = catalog.create_table(f"{database}.users", schema, primary_keys=["id"], options={
@@ -186,7 +172,6 @@ def test_primary_key_table_with_deletion_vectors(trino: Service, catalog: Any, d
     assert contents == {0, 1}, contents  # 1: position deletes
 
 
-@needs_writer
 def test_the_catalog_is_read_only_for_trino(trino: Service, catalog: Any, database: str) -> None:
     table = catalog.create_table(f"{database}.guarded", pa.schema([("id", pa.int64())]),
                                  options={"metadata.iceberg.storage": "rest-catalog"})

@@ -43,8 +43,6 @@ from __future__ import annotations
 
 import argparse
 import hmac
-import importlib
-import inspect
 import json
 import logging
 import os
@@ -63,16 +61,13 @@ import prometheus_client as prom
 
 from strata.catalog import Catalog, Identifier
 from strata.errors import DatabaseNotFoundError, TableNotFoundError
-from strata.fs import FileIO
+from strata.iceberg import latest_metadata_location
 from strata.table.table import Table
 
 log = logging.getLogger("strata.iceberg_rest")
 
 DEFAULT_PORT = 19192
 NAMESPACE_SEPARATOR = "\x1f"  # the spec's separator of multi-level namespace parts (%1F)
-STORAGE_OPTION = "metadata.iceberg.storage"
-METADATA_DIR = "metadata"
-VERSION_HINT = "version-hint.text"
 _HEX = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
@@ -101,26 +96,6 @@ def no_such_table(namespace: str, table: str) -> RestError:
 
 
 # -- the catalog, without HTTP ----------------------------------------------------------------------
-def _writer_locator() -> Callable[[FileIO, Table], str | None] | None:
-    """``strata.iceberg.latest_metadata_location`` once the engine has it, else None (then this module
-    reads ``version-hint.text`` itself). It is called as ``(file_io, table)`` or, if it takes one
-    parameter, ``(table)``."""
-    try:
-        module = importlib.import_module("strata.iceberg")
-    except ImportError:
-        return None
-    found = getattr(module, "latest_metadata_location", None)
-    if not callable(found):
-        return None
-    try:
-        takes_one = len(inspect.signature(found).parameters) == 1
-    except (TypeError, ValueError):
-        takes_one = False
-    if takes_one:
-        return lambda file_io, table: found(table)
-    return found
-
-
 def as_uri(path: str) -> str:
     """Absolute URI of a location: object-store and ``file:`` URIs as they are, a bare path as ``file://``."""
     if "://" in path or path.startswith("file:"):
@@ -134,7 +109,6 @@ class IcebergRestCatalog:
     def __init__(self, catalog: Catalog, client_config: Mapping[str, str] | None = None):
         self.catalog = catalog
         self.client_config = dict(client_config or {})
-        self.locate = _writer_locator()
 
     # -- config --------------------------------------------------------------------------------------
     @staticmethod
@@ -196,33 +170,16 @@ class IcebergRestCatalog:
             raise no_such_table(database, name)
 
     def _metadata_location(self, database: str, name: str) -> tuple[Table | None, str | None]:
-        """A Strata table and its newest Iceberg metadata file; None for what is absent."""
+        """A Strata table and its newest Iceberg metadata file (``strata.iceberg``: the file
+        ``version-hint.text`` names, where the table's ``metadata.iceberg.storage`` puts it);
+        None for what is absent."""
         if "$" in name:  # Strata's system tables (t$snapshots...) have no Iceberg metadata
             return None, None
         try:
             table = self.catalog.get_table(Identifier(database, name))
         except (TableNotFoundError, DatabaseNotFoundError):
             return None, None
-        if self.locate is not None:
-            return table, self.locate(table.file_io, table)
-        directory = self.metadata_dir(table)
-        try:
-            hint = table.file_io.read_bytes(f"{directory}/{VERSION_HINT}").decode().strip()
-        except FileNotFoundError:
-            return table, None
-        if not hint.isdigit():
-            log.warning("table %s.%s: %s/%s holds %r, not a version number", database, name, directory,
-                        VERSION_HINT, hint[:40])
-            return table, None
-        return table, f"{directory}/v{int(hint)}.metadata.json"
-
-    def metadata_dir(self, table: Table) -> str:
-        """Where a table's Iceberg metadata lives, by its ``metadata.iceberg.storage`` option."""
-        if table.options.get(STORAGE_OPTION) == "hadoop-catalog":
-            located: Any = self.catalog
-            ident = table.identifier
-            return f"{located.warehouse}/iceberg/{ident.database}/{ident.table}/{METADATA_DIR}"
-        return f"{table.path}/{METADATA_DIR}"
+        return table, latest_metadata_location(table)
 
     # -- views ---------------------------------------------------------------------------------------
     def list_views(self, namespace: str) -> dict[str, Any]:
@@ -542,8 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     print(f"strata iceberg rest catalog ready on http://{args.host}:{server.server_port} "
           f"(warehouse {args.warehouse}, {'bearer token required' if token else 'no authentication'}, "
-          f"S3 settings {'passed' if vend else 'not passed'} to clients, metadata located by "
-          f"{'strata.iceberg' if rest.locate else 'version-hint.text'})", flush=True)
+          f"S3 settings {'passed' if vend else 'not passed'} to clients)", flush=True)
     stop.wait()
     server.shutdown()
     server.server_close()
