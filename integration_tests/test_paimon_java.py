@@ -399,36 +399,17 @@ def assert_agree(java: dict[str, Any], ours: pa.Table, what: str) -> None:
 
 
 # Real disagreements between Strata and Paimon 1.3.1, each kept as a strict xfail (see the reason).
-_RO_DV = ("$ro of a deletion-vector primary-key table: Strata (read_optimized=True, TableScan.top_level is None "
-          "with deletion vectors) reads every level above 0, Paimon 1.3.1's ReadOptimizedTable reads only the top "
-          "level (num-levels - 1), so the rows a lookup compaction left in the middle levels are read by Strata only")
-_FIRST_ROW_L0 = ("merge-engine=first-row at snapshot 1 (an APPEND snapshot, all files in level 0): Paimon's batch scan "
-                 "skips level 0 for first-row tables as for deletion vectors (CoreOptions.batchScanSkipLevel0) and "
-                 "reads 0 rows; Strata skips level 0 only with deletion vectors and reads the 20 rows")
 _OLD_SCHEMA = ("time travel across a schema change: Paimon reads snapshot 1 with that snapshot's schema (columns "
                "id, a, b; AbstractFileStoreTable.tryTimeTravel), Strata with the latest schema (id, a BIGINT, bb, c)")
 _DELTA_L0 = ("incremental read of a table without changelog producer whose batch scans skip level 0 (deletion "
              "vectors, first-row): Paimon's incremental-between (delta mode) goes through DataTableBatchScan, whose "
              "level > 0 filter (CoreOptions.batchScanSkipLevel0) drops every file a commit wrote, so Paimon returns "
              "no rows; Strata's read_incremental returns the records each commit wrote")
-_CHANGELOG_LEVEL = ("changelog files of changelog-producer=lookup: Strata records them in the changelog manifest with "
-                    "level 0, Paimon with the compaction's output level (3-5 here); on a deletion-vector table "
-                    "Paimon's batch incremental read keeps only level > 0 (CoreOptions.batchScanSkipLevel0), so it "
-                    "reads no changes from Strata's files (it reads its own)")
 XFAIL: dict[tuple[str, str], str] = {
     ("java-reads-changes", "dv_pk"): _DELTA_L0,
     ("strata-reads-changes", "dv_pk"): _DELTA_L0,
     ("java-reads-changes", "first_row"): _DELTA_L0,
     ("strata-reads-changes", "first_row"): _DELTA_L0,
-    ("java-reads-changes", "dv_lookup_changelog"): _CHANGELOG_LEVEL,
-    ("java-reads-ro", "dv_pk"): _RO_DV,
-    ("java-reads-ro", "dv_part"): _RO_DV,
-    ("java-reads-ro", "dv_partial_update"): _RO_DV,
-    ("strata-reads-ro", "dv_pk"): _RO_DV,
-    ("strata-reads-ro", "dv_part"): _RO_DV,
-    ("strata-reads-ro", "dv_partial_update"): _RO_DV,
-    ("java-time-travels", "first_row"): _FIRST_ROW_L0,
-    ("strata-time-travels", "first_row"): _FIRST_ROW_L0,
     ("java-time-travels", "schema_evolved"): _OLD_SCHEMA,
     ("strata-time-travels", "schema_evolved"): _OLD_SCHEMA,
 }

@@ -162,7 +162,8 @@ class DeletionVectorCompaction:
             self.vectors.remove(f.file_name)
         self._mark(outside)
         above = [t for f, tables in per_file if f.level > 0 for t in tables]
-        return CompactResult(list(unit.files), after, self._changelog(new, keys, plain_outside, above))
+        return CompactResult(list(unit.files), after,
+                             self._changelog(new, keys, plain_outside, above, unit.output_level))
 
     # -- the lookup of superseded rows by key only -----------------------------------------------
     def _mark_superseded(self, unit: CompactUnit, keys: pa.Table) -> None:
@@ -297,9 +298,10 @@ class DeletionVectorCompaction:
             self.vectors.mark(name, np.sort(positions[codes == code]))
 
     def _changelog(self, new: pa.Table, keys: pa.Table, outside: pa.Table,
-                   above: list[pa.Table]) -> list[DataFileMeta]:
+                   above: list[pa.Table], level: int) -> list[DataFileMeta]:
         """The lookup producer's changelog of the level-0 keys: their state before (found above
-        level 0, in or outside the unit) against after."""
+        level 0, in or outside the unit) against after; its files carry the compaction's output
+        level, as Paimon's (whose level > 0 filter of merge-on-write reads keeps them)."""
         if self.lookup is None or self.changelog_writer is None:
             return []
         inside = [t.filter(pa.array(key_mask(t, keys, self.key_names))) for t in above]
@@ -307,7 +309,7 @@ class DeletionVectorCompaction:
                                               outside))
         if changes is None:
             return []
-        return self.changelog_writer.write(changes, level=0, file_source=FILE_SOURCE_COMPACT)
+        return self.changelog_writer.write(changes, level=level, file_source=FILE_SOURCE_COMPACT)
 
 
 def _sorted_codes(keys: pa.Table, key_names: list[str]) -> np.ndarray | None:

@@ -82,10 +82,9 @@ class TableScan:
     def __init__(self, table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
                  tag: str | None = None, filter: Predicate | None = None, read_optimized: bool = False):
         self.table = table
-        # $ro: primary-key tables read only their top level (fully merged, possibly stale); with
-        # deletion vectors every level above 0 is already read without merging
-        self.top_level = table.core.num_levels - 1 if read_optimized and table.schema.primary_keys \
-            and not table.core.get("deletion-vectors.enabled") else None
+        # $ro: primary-key tables read only their top level (fully merged, possibly stale), with
+        # deletion vectors too (Paimon's ReadOptimizedTable)
+        self.top_level = table.core.num_levels - 1 if read_optimized and table.schema.primary_keys else None
         self.filter = filter
         self._snapshot_id = snapshot_id
         self._timestamp = timestamp_millis
@@ -139,8 +138,7 @@ class TableScan:
         started = time.monotonic()
         snapshot = self.snapshot()
         entries = self.plan_entries(snapshot)
-        if self.deletion_vectors and self.table.schema.primary_keys:
-            # merge-on-write: level 0 is not visible until a compaction has marked what it supersedes
+        if self._skips_level0():
             entries = [e for e in entries if e.file.level > 0]
         splits = self._splits(snapshot.id if snapshot else 0, entries)
         if self.deletion_vectors and snapshot is not None:
@@ -148,6 +146,14 @@ class TableScan:
         plan = Plan(snapshot, splits, self.stats)
         metrics.scan_finished(str(self.table.identifier), time.monotonic() - started, self.stats)
         return plan
+
+    def _skips_level0(self) -> bool:
+        """Batch reads of merge-on-write and first-row tables skip level 0 (Paimon's
+        batchScanSkipLevel0): their writers compact it up at every commit, and until then (or
+        until the compaction job runs, for write-only writers) its rows are not visible."""
+        if not self.table.schema.primary_keys:
+            return False
+        return self.deletion_vectors or self.table.core.merge_engine == "first-row"
 
     def _attach_deletion_files(self, snapshot: Snapshot, splits: list[DataSplit]) -> None:
         index = self.table.manifest_store.read_index_manifest(snapshot.index_manifest)
