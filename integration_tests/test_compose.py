@@ -317,6 +317,14 @@ def test_trino_reads_strata_tables_through_the_iceberg_rest_catalog(stack: Stack
     expected = sorted(tuple(r.values()) for r in catalog.get_table(f"demo.{name}").to_arrow().to_pylist())
     cursor.execute(f"SELECT id, day FROM strata.demo.{name}")
     assert sorted(tuple(row) for row in cursor.fetchall()) == expected
+    # the ingest job's table publishes Iceberg metadata by default: Trino sees what Spark wrote
+    events = catalog.get_table("demo.events")
+    wait_for("ingested rows", lambda: events.to_arrow(columns=["id"]).num_rows > 0, timeout=240)
+    cursor.execute("SELECT count(*), count(DISTINCT id) FROM strata.demo.events")
+    (count, distinct), = cursor.fetchall()
+    after = catalog.get_table("demo.events").to_arrow(columns=["id"]).num_rows
+    # Trino reads the newest published metadata: a commit that lands meanwhile only adds rows
+    assert count == distinct and 0 < count <= after, (count, after)
     with urllib.request.urlopen(f"{rest}/metrics", timeout=10) as resp:
         metrics = resp.read().decode()
     assert 'endpoint="/v1/namespaces/{namespace}/tables/{table}",method="GET",status="200"' in metrics

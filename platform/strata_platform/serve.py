@@ -297,8 +297,9 @@ def run_ingest(env: Mapping[str, str], stopper: Stopper) -> int:
                     stopper)
     database = table_name.split(".", 1)[0]
     catalog.create_database(database, ignore_if_exists=True)
-    catalog.create_table(table_name, ingest_schema(), options=pairs(env.get("STRATA_INGEST_TABLE_OPTIONS")),
-                         ignore_if_exists=True)
+    # Iceberg metadata by default: the stack's Trino reads the ingested rows through the REST catalog
+    options = pairs(env.get("STRATA_INGEST_TABLE_OPTIONS", "metadata.iceberg.storage=rest-catalog"))
+    catalog.create_table(table_name, ingest_schema(), options=options, ignore_if_exists=True)
     if stopper.stopping:
         return 0
     spark = start_spark(env, f"strata-ingest-{table_name}")
