@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -348,11 +349,9 @@ class IcebergSync:
         vectors = read_vectors(self.file_io, source, entry.dv_ranges or [])
         rows = sorted((paths[(entry.partition, entry.bucket, name)], vector)
                       for name, vector in vectors.items() if (entry.partition, entry.bucket, name) in paths)
-        file_paths = pa.array([p for p, v in rows for _ in range(len(v))], pa.string()) if rows else \
-            pa.array([], pa.string())
-        positions = pa.array([pos for _, v in rows for pos in v.positions()], pa.int64()) if rows else \
-            pa.array([], pa.int64())
-        table = pa.Table.from_arrays([file_paths, positions], schema=_DELETE_FILE_SCHEMA)
+        file_paths = pa.chunked_array([pa.repeat(pa.scalar(p), len(v)) for p, v in rows], pa.string())
+        positions = np.concatenate([v.positions() for _, v in rows]) if rows else np.empty(0, np.int64)
+        table = pa.Table.from_arrays([file_paths, pa.array(positions, pa.int64())], schema=_DELETE_FILE_SCHEMA)
         with self.file_io.arrow_fs()[0].open_output_stream(self.file_io.arrow_path(target)) as out:
             pq.write_table(table, out)
         size = self.file_io.file_size(target)
