@@ -13,7 +13,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast test-integration bench lint format services-install services-up services-down services-check images compose-up compose-down helm-check clean
+.PHONY: help venv demo test test-fast test-integration bench lint format services-install services-up services-down services-check images compose-up compose-down trino-shell helm-check clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -42,7 +42,7 @@ test-integration: $(STAMP) ## Integration tests only (provisions the services th
 	$(PY) -m pytest integration_tests -p no:cacheprovider
 
 bench: $(STAMP) ## Benchmarks vs raw pyarrow, incl. MinIO/Kafka/Spark ones; writes build/bench.json (ONLY=W1,W3 for a subset)
-	$(SERVICES_CLI) run minio postgres kafka -- $(PY) -m strata.bench --out build/bench.json $(if $(ONLY),--only $(ONLY),)
+	$(SERVICES_CLI) run minio postgres kafka iceberg_rest trino -- $(PY) -m strata.bench --out build/bench.json $(if $(ONLY),--only $(ONLY),)
 
 lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff check engine platform integration_tests
@@ -71,6 +71,9 @@ compose-up: $(STAMP) ## Run compose/docker-compose.yml here with the local image
 
 compose-down: $(STAMP) ## Stop the compose stack and remove its volumes
 	$(PY) -m strata_platform.compose down
+
+trino-shell: $(STAMP) ## SQL prompt on Trino's strata catalog (Strata tables as Iceberg); starts MinIO, the REST catalog and Trino if needed
+	$(SERVICES_CLI) run minio iceberg_rest trino -- $(PY) -m strata_platform.trino_shell
 
 helm-check: $(STAMP) ## Lint the Helm chart, render it with helm/strata/ci/*.yaml, validate against Kubernetes schemas
 	$(PY) -m pytest integration_tests/test_helm.py -p no:cacheprovider -q
