@@ -8,7 +8,10 @@ index file, a position-delete file (format version 2) holding the same positions
 Layout (``table-location``): ``<table>/metadata/v<N>.metadata.json`` for Paimon snapshot N and
 ``version-hint.text`` holding N; ``hadoop-catalog`` puts the same under
 ``<warehouse>/iceberg/<db>/<table>/``. Iceberg snapshot ids and sequence numbers equal Paimon's
-snapshot ids, so ``FOR VERSION AS OF n`` is Paimon's snapshot n.
+snapshot ids, and each Paimon snapshot gets its Iceberg snapshot (a commit that also compacts
+publishes two), so ``FOR VERSION AS OF n`` is Paimon's snapshot n. Data file paths are spelled as
+Paimon's export spells them (the table path, no ``file://`` added), so Paimon and Strata can take
+turns on one table's Iceberg history.
 
 Cost: an APPEND snapshot adds one manifest and carries the previous manifests forward; any other
 snapshot (compaction, overwrite, changed deletion vectors) rewrites the manifests of the visible
@@ -47,6 +50,7 @@ log = logging.getLogger(__name__)
 
 VERSION_HINT = "version-hint.text"
 MANIFEST_CHUNK = 20_000  # entries per manifest of a full rewrite (bounds each file's size)
+MAX_CATCH_UP = 8  # unpublished snapshots a sync still publishes one by one before the latest
 _OPERATIONS = {CommitKind.APPEND: "append", CommitKind.COMPACT: "replace", CommitKind.OVERWRITE: "overwrite"}
 _DELETE_FILE_SCHEMA = pa.schema([
     pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(im.FILE_PATH_ID).encode()}),
@@ -127,6 +131,34 @@ class IcebergSync:
         snapshot = self.table.snapshot_manager.latest()
         if snapshot is None:
             return SyncResult(None, None)
+        for missed in self._missed(snapshot):
+            self._sync(missed)
+        return self._sync(snapshot)
+
+    def _missed(self, latest: Snapshot) -> list[Snapshot]:
+        """The snapshots after the published metadata and before `latest`, each to get its own
+        Iceberg snapshot first, as Paimon's per-snapshot commit callback gives it (a commit that
+        also compacts publishes two). Before any metadata: the earlier snapshots of the latest's
+        commit (same user and identifier). A gap longer than MAX_CATCH_UP publishes the latest only."""
+        manager = self.table.snapshot_manager
+        first = max(latest.id - MAX_CATCH_UP, manager.earliest_id() or latest.id)
+        published = _read_hint(self.table, self.dir)
+        if published is not None:
+            if published < first - 1 or published >= latest.id:
+                return []
+            first = published + 1
+        out: list[Snapshot] = []
+        for snapshot_id in range(latest.id - 1, first - 1, -1):
+            if not manager.exists(snapshot_id):
+                break
+            snapshot = manager.snapshot(snapshot_id)
+            if published is None and (snapshot.commit_user, snapshot.commit_identifier) != \
+                    (latest.commit_user, latest.commit_identifier):
+                break
+            out.append(snapshot)
+        return out[::-1]
+
+    def _sync(self, snapshot: Snapshot) -> SyncResult:
         location = f"{self.dir}/v{snapshot.id}.metadata.json"
         previous_id = _read_hint(self.table, self.dir)
         rolled_back = previous_id is not None and previous_id >= snapshot.id
@@ -274,12 +306,15 @@ class IcebergSync:
         return tuple(as_iceberg_value(v, t) for v, t in zip(values, types, strict=True))
 
     def _path(self, entry: ManifestEntry) -> str:
+        """A data file's path spelled as Paimon's Iceberg export spells it: the table path as the
+        catalog has it (no file:// added), so that a Paimon writer committing after this sync finds
+        the entries of the files its compaction removes (it matches paths as strings)."""
         if entry.file.external_path:
-            return _uri(entry.file.external_path)
+            return entry.file.external_path
         fields = self.schema.partition_fields()
         values = binary_row.deserialize(entry.partition, [f.type.to_arrow() for f in fields]) if fields else []
         bucket_dir = self.table.paths.bucket_dir(self.table.partition_dir(values), entry.bucket)
-        return _uri(f"{bucket_dir}/{entry.file.file_name}")
+        return f"{bucket_dir}/{entry.file.file_name}"
 
     def _data_file(self, entry: ManifestEntry) -> im.DataFile:
         f = entry.file
@@ -313,8 +348,11 @@ class IcebergSync:
                 null_counts[fd.id] = nulls
             if low is not None and high is not None and not now.type.is_nested:
                 kind = iceberg_type(now.type, now.name)
-                lower[fd.id] = bound_bytes(as_iceberg_value(low, arrow_type), kind)
-                upper[fd.id] = bound_bytes(as_iceberg_value(high, arrow_type), kind)
+                low, high = as_iceberg_value(low, arrow_type), as_iceberg_value(high, arrow_type)
+                if kind in ("float", "double"):  # a zero bound covers both zeros, as Parquet's writers do
+                    low, high = (-0.0 if low == 0 else low), (0.0 if high == 0 else high)
+                lower[fd.id] = bound_bytes(low, kind)
+                upper[fd.id] = bound_bytes(high, kind)
         return null_counts, lower, upper
 
     def _delete_files(self, snapshot: Snapshot, visible: list[ManifestEntry],
@@ -325,11 +363,14 @@ class IcebergSync:
         if not index:
             return []
         paths = {(e.partition, e.bucket, e.file.file_name): self._path(e) for e in visible}
+        spelled = {"", *paths.values()}
         known = self._previous_delete_files(previous)
         out = []
         for entry in index:
             target = _uri(f"{self.dir}/{entry.file_name}-deletes.parquet")
             reused = known.get(target)
+            if reused is not None and reused.lower_bounds.get(im.FILE_PATH_ID, b"").decode() not in spelled:
+                reused = None  # written when data paths were spelled otherwise: the positions would not apply
             out.append(reused if reused is not None else self._write_delete_file(entry, target, paths))
         return out
 

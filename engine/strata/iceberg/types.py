@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 import pyarrow as pa
@@ -68,7 +68,9 @@ def as_iceberg_value(value: Any, arrow_type: pa.DataType) -> Any:
         micros_type = pa.timestamp("us", tz=arrow_type.tz)
         return pa.scalar(value, arrow_type).cast(micros_type).value
     if pa.types.is_decimal(arrow_type):
-        return int(Decimal(value).scaleb(arrow_type.scale))
+        with localcontext() as exact:  # the default 28 digits would round DECIMAL(29..38) values
+            exact.prec = 80
+            return int(Decimal(value).scaleb(arrow_type.scale))
     return value
 
 
