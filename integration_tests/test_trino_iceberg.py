@@ -573,3 +573,47 @@ def test_pyiceberg_reads_shapes_through_the_rest_catalog(shape_name: str, iceber
     then, _ = read_iceberg(None, options, rest=iceberg_rest.url,  # type: ignore[attr-defined]
                            identifier=f"{database}.{shape.name}", snapshot_id=w.marked)
     assert arrow_rows(then) == arrow_rows(w.table.to_arrow(snapshot_id=w.marked))
+
+
+# -- the bench's Trino workloads and the SQL prompt ---------------------------------------------------------
+@pytest.fixture
+def service_env(monkeypatch: pytest.MonkeyPatch, trino: Service, iceberg_rest: Service, minio: Service) -> None:
+    """The environment `strata-services run minio iceberg_rest trino -- ...` gives a command."""
+    for service in (minio, iceberg_rest, trino):
+        for key, value in service.client_env().items():
+            monkeypatch.setenv(key, value)
+    monkeypatch.setenv("STRATA_ICEBERG_REST_WAREHOUSE", iceberg_rest.warehouse)  # type: ignore[attr-defined]
+
+
+def test_bench_trino_workloads_at_a_tiny_scale(service_env: None, monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    from strata.bench import trino as bench
+
+    assert bench.unavailable() is None
+    monkeypatch.setattr(bench, "SCAN_RUNS", 2)
+    monkeypatch.setattr(bench, "VISIBILITY_COMMITS", 3)
+    monkeypatch.setattr(bench, "WARMUP_COMMITS", 1)
+    scan = bench.WORKLOADS["TRINO_SCAN"]
+    row = scan.summarize({"trino": bench.scan_part(str(tmp_path), 0.02)})
+    assert row["verified"] is True and row["ratio"] > 0
+    assert row["details"]["dv_delete_files"] > 0 and row["details"]["live_rows"] > 0
+    visibility = bench.WORKLOADS["TRINO_VISIBILITY"]
+    row = visibility.summarize({"trino": bench.visibility_part(str(tmp_path), 1.0)})
+    assert row["verified"] is True and len(row["details"]["visible_ms"]) == 3
+    assert row["p99_ms"] >= row["p50_ms"] > 0
+    monkeypatch.delenv("STRATA_TRINO_URL")
+    assert "STRATA_TRINO_URL" in (bench.unavailable() or "")
+
+
+def test_trino_shell(service_env: None, capsys: pytest.CaptureFixture[str]) -> None:
+    from strata_platform.trino_shell import main, split_statements
+
+    assert split_statements("SELECT ';' AS a; -- no; end\nSELECT 2;\nSELECT") == (
+        ["SELECT ';' AS a", "SELECT 2"], "\nSELECT")
+    assert main(["-e", "SHOW CATALOGS; SELECT 1 AS n, 'x' AS s, NULL AS z, X'ff' AS b"]) == 0
+    out = capsys.readouterr().out
+    assert "\nstrata\n" in out  # SHOW CATALOGS as a table
+    assert "NULL" in out and "X'ff'" in out and "(1 row)" in out
+    assert main(["-e", "SELECT * FROM strata.no_such_schema.t"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("ERROR: ") and "Traceback" not in out
