@@ -629,8 +629,10 @@ def test_deletion_vectors_format_v3_only_paimon(judge_service: Service, tmp_path
 # -- types only one side exports ------------------------------------------------------------------------
 
 def test_types_only_one_side_exports(judge_service: Service, tmp_path: Path) -> None:
-    """TIMESTAMP(3): Paimon refuses it (IcebergDataField: precision 4 to 9 only) and, the snapshot
-    already committed, fails the commit call; Strata exports it as Iceberg timestamp (micros).
+    """TIMESTAMP(3): Paimon refuses it (IcebergDataField: precision 4 to 9 only; its Parquet holds
+    MILLIS, Iceberg wants MICROS) and, the snapshot already committed, fails the commit call; Strata
+    exports it as Iceberg timestamp over the MILLIS column: pyiceberg reads it, Trino 476 refuses the
+    TIMESTAMP_LTZ(3) case (strict xfail in test_trino_iceberg.py).
     ARRAY and TIMESTAMP(9): Paimon exports list<int> and timestamp_ns (a format-3 type, in a format-2
     file); Strata publishes no metadata for such a table (types.iceberg_type refuses collections and
     precision above 6; the commit stands and logs a warning)."""
