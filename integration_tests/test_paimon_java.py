@@ -399,8 +399,6 @@ def assert_agree(java: dict[str, Any], ours: pa.Table, what: str) -> None:
 
 
 # Real disagreements between Strata and Paimon 1.3.1, each kept as a strict xfail (see the reason).
-_OLD_SCHEMA = ("time travel across a schema change: Paimon reads snapshot 1 with that snapshot's schema (columns "
-               "id, a, b; AbstractFileStoreTable.tryTimeTravel), Strata with the latest schema (id, a BIGINT, bb, c)")
 _DELTA_L0 = ("incremental read of a table without changelog producer whose batch scans skip level 0 (deletion "
              "vectors, first-row): Paimon's incremental-between (delta mode) goes through DataTableBatchScan, whose "
              "level > 0 filter (CoreOptions.batchScanSkipLevel0) drops every file a commit wrote, so Paimon returns "
@@ -410,8 +408,6 @@ XFAIL: dict[tuple[str, str], str] = {
     ("strata-reads-changes", "dv_pk"): _DELTA_L0,
     ("java-reads-changes", "first_row"): _DELTA_L0,
     ("strata-reads-changes", "first_row"): _DELTA_L0,
-    ("java-time-travels", "schema_evolved"): _OLD_SCHEMA,
-    ("strata-time-travels", "schema_evolved"): _OLD_SCHEMA,
 }
 
 

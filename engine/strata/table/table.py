@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from strata.catalog.base import Catalog, Identifier
+    from strata.operation.delete import DeleteResult
     from strata.operation.expire import ExpireResult
     from strata.operation.orphan import OrphanResult
     from strata.operation.rollback import RollbackResult
@@ -118,6 +119,16 @@ class Table:
         """Delete rows by primary key (the data must carry every column)."""
         return self.write(keys, row_kind="-D")
 
+    def delete_where(self, predicate: Predicate, commit_user: str | None = None) -> DeleteResult:
+        """Delete the rows `predicate` selects (``strata.col(...)`` expressions), in one snapshot.
+        Append tables need ``deletion-vectors.enabled``: the rows are marked in the deletion
+        vectors of their files, nothing is rewritten (compaction drops them later); a concurrent
+        delete or compaction of the same files makes it plan again on the new latest snapshot.
+        Primary-key tables delete the selected rows' keys (strata.operation.delete)."""
+        from strata.operation.delete import delete_where
+
+        return delete_where(self, predicate, commit_user)
+
     def scan(self, filter: Predicate | None = None, snapshot_id: int | None = None,
              timestamp_millis: int | None = None, tag: str | None = None,
              read_optimized: bool = False) -> list[DataSplit]:
@@ -128,15 +139,27 @@ class Table:
                  tag: str | None = None, read_optimized: bool = False) -> pa.Table:
         """Rows of the table (latest snapshot unless time travel); `read_optimized` reads only the
         fully compacted top level of primary-key tables, without merging (Paimon's $ro)."""
-        splits = self.scan(filter, snapshot_id, timestamp_millis, tag, read_optimized)
-        return self.new_read(columns, filter).to_arrow(splits)
+        scan = self.new_scan(filter, snapshot_id, timestamp_millis, tag, read_optimized)
+        table = self._as_of(scan) if (snapshot_id, timestamp_millis, tag) != (None, None, None) else self
+        if table is not self:
+            scan = table.new_scan(filter, snapshot_id, timestamp_millis, tag, read_optimized)
+        return table.new_read(columns, filter).to_arrow(scan.plan().splits)
 
     read = to_arrow
 
+    def _as_of(self, scan: TableScan) -> Table:
+        """The table as of the scanned snapshot: with that snapshot's schema (columns, names and
+        options), as Paimon's time travel reads it."""
+        snapshot = scan.snapshot()
+        if snapshot is None or snapshot.schema_id == self.schema.id:
+            return self
+        return Table(self.file_io, self.path, self.identifier, self.schema_at(snapshot.schema_id), self.catalog)
+
     def to_batches(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
                    snapshot_id: int | None = None) -> Iterator[pa.RecordBatch]:
-        splits = self.scan(filter, snapshot_id)
-        return self.new_read(columns, filter).to_batches(splits)
+        scan = self.new_scan(filter, snapshot_id)
+        table = self._as_of(scan) if snapshot_id is not None else self
+        return table.new_read(columns, filter).to_batches(table.new_scan(filter, snapshot_id).plan().splits)
 
     def to_pandas(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
                   snapshot_id: int | None = None) -> pd.DataFrame:
@@ -174,10 +197,15 @@ class Table:
                 writer.compact(full=full, partitions=partitions)
                 messages = writer.prepare_commit()
         else:
-            from strata.operation.append_compact import plan_append_compaction, run_append_compaction
+            from strata.operation.append_compact import (
+                compaction_index_changes,
+                plan_append_compaction,
+                run_append_compaction,
+            )
 
-            messages = [run_append_compaction(self, task)
-                        for task in plan_append_compaction(self, full, partitions)]
+            tasks = plan_append_compaction(self, full, partitions)
+            messages = [run_append_compaction(self, task) for task in tasks]
+            messages += compaction_index_changes(self, tasks)  # deletion vectors of the rewritten files
         return self.new_commit(commit_user).commit(messages)
 
     # -- metadata -----------------------------------------------------------------------------------
