@@ -466,18 +466,15 @@ def assert_aggregates_equal(got: list[Any], expected: list[Any]) -> None:
 def exposed_files(table: Any) -> tuple[int, int]:
     """(data files, position-delete files) an Iceberg reader of the latest snapshot must see, from
     Strata's own plan: an append table's every file, a deletion-vector table's files above level 0 and
-    one delete file per deletion-vector index file, a primary-key table's top level."""
-    from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS
-
-    files = [f for split in table.scan() for f in split.files]
+    one delete file per data file with a vector, a primary-key table's top level."""
+    splits = table.scan()
+    files = [f for split in splits for f in split.files]
     if not table.schema.primary_keys:
         return len(files), 0
     if not table.core.get("deletion-vectors.enabled"):
         return sum(f.level == table.core.num_levels - 1 for f in files), 0
-    snapshot = table.latest_snapshot()
-    index = table.manifest_store.read_index_manifest(snapshot.index_manifest) if snapshot.index_manifest else []
-    vectors = [e for e in index if e.index_type == INDEX_TYPE_DELETION_VECTORS and e.dv_ranges]
-    return sum(f.level > 0 for f in files), len(vectors)
+    with_vectors = sum(len(split.deletion_files or {}) for split in splits)
+    return sum(f.level > 0 for f in files), with_vectors
 
 
 def utc_literal(millis: int) -> str:

@@ -2,8 +2,8 @@
 compatibility (``metadata.iceberg.storage``) does, over the same Parquet files.
 
 What an Iceberg reader sees: an append table's every file; a primary-key table's top level
-(fully merged); a deletion-vector table's every file above level 0 plus, for each deletion-vector
-index file, a position-delete file (format version 2) holding the same positions.
+(fully merged); a deletion-vector table's every file above level 0 plus, for each data file with a
+deletion vector, a position-delete file (format version 2) holding the same positions.
 
 Layout (``table-location``): ``<table>/metadata/v<N>.metadata.json`` for Paimon snapshot N and
 ``version-hint.text`` holding N; ``hadoop-catalog`` puts the same under
@@ -15,7 +15,7 @@ turns on one table's Iceberg history.
 
 Cost: an APPEND snapshot adds one manifest and carries the previous manifests forward; any other
 snapshot (compaction, overwrite, changed deletion vectors) rewrites the manifests of the visible
-files, and position-delete files are written once per index file and reused while it lives.
+files, and a position-delete file is written once per vector and reused while its index file lives.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from strata.deletionvectors import read_vectors
+from strata.deletionvectors import DeletionVector, read_vectors
 from strata.deletionvectors.index_file import index_path
 from strata.format import binary_row
 from strata.iceberg import manifests as im
@@ -92,6 +91,10 @@ def _read_hint(table: Table, metadata_dir: str) -> int | None:
         return int(table.file_io.read_bytes(f"{metadata_dir}/{VERSION_HINT}").decode().strip())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def _stem(file_name: str) -> str:
+    return file_name.rsplit(".", 1)[0]
 
 
 def _uri(path: str) -> str:
@@ -357,21 +360,27 @@ class IcebergSync:
 
     def _delete_files(self, snapshot: Snapshot, visible: list[ManifestEntry],
                       previous: dict[str, Any] | None) -> list[im.DataFile]:
-        """One position-delete file per live deletion-vector index file, reused once written."""
+        """One position-delete file per data file with a deletion vector (so that a reader's split
+        reads only its own file's deletes), reused while the index file holding the vector lives."""
         index = [e for e in self.table.manifest_store.read_index_manifest(snapshot.index_manifest)
                  if e.index_type == INDEX_TYPE_DELETION_VECTORS and e.dv_ranges]
         if not index:
             return []
         paths = {(e.partition, e.bucket, e.file.file_name): self._path(e) for e in visible}
-        spelled = {"", *paths.values()}
         known = self._previous_delete_files(previous)
         out = []
         for entry in index:
-            target = _uri(f"{self.dir}/{entry.file_name}-deletes.parquet")
-            reused = known.get(target)
-            if reused is not None and reused.lower_bounds.get(im.FILE_PATH_ID, b"").decode() not in spelled:
-                reused = None  # written when data paths were spelled otherwise: the positions would not apply
-            out.append(reused if reused is not None else self._write_delete_file(entry, target, paths))
+            targets = {r.data_file_name: (paths[key], _uri(f"{self.dir}/{entry.file_name}-{_stem(r.data_file_name)}"
+                                                                f"-deletes.parquet"))
+                       for r in entry.dv_ranges or [] if (key := (entry.partition, entry.bucket, r.data_file_name))
+                       in paths}
+            # reused only when written for the data path as it is spelled now
+            reused = {name: known[target] for name, (path, target) in targets.items()
+                      if target in known and known[target].referenced_data_file == path}
+            vectors = {} if len(reused) == len(targets) else read_vectors(
+                self.file_io, index_path(self.table.path, entry.file_name, entry.external_path), entry.dv_ranges or [])
+            for name, (path, target) in targets.items():
+                out.append(reused.get(name) or self._write_delete_file(entry, target, path, vectors[name]))
         return out
 
     def _previous_delete_files(self, previous: dict[str, Any] | None) -> dict[str, im.DataFile]:
@@ -384,23 +393,16 @@ class IcebergSync:
                     out[e.file.path] = e.file
         return out
 
-    def _write_delete_file(self, entry: IndexManifestEntry, target: str,
-                           paths: dict[tuple[bytes, int, str], str]) -> im.DataFile:
-        source = index_path(self.table.path, entry.file_name, entry.external_path)
-        vectors = read_vectors(self.file_io, source, entry.dv_ranges or [])
-        rows = sorted((paths[(entry.partition, entry.bucket, name)], vector)
-                      for name, vector in vectors.items() if (entry.partition, entry.bucket, name) in paths)
-        file_paths = pa.chunked_array([pa.repeat(pa.scalar(p), len(v)) for p, v in rows], pa.string())
-        positions = np.concatenate([v.positions() for _, v in rows]) if rows else np.empty(0, np.int64)
-        table = pa.Table.from_arrays([file_paths, pa.array(positions, pa.int64())], schema=_DELETE_FILE_SCHEMA)
+    def _write_delete_file(self, entry: IndexManifestEntry, target: str, data_path: str,
+                           vector: DeletionVector) -> im.DataFile:
+        positions = vector.positions()
+        table = pa.Table.from_arrays([pa.repeat(pa.scalar(data_path), len(positions)), pa.array(positions, pa.int64())],
+                                     schema=_DELETE_FILE_SCHEMA)
         with self.file_io.arrow_fs()[0].open_output_stream(self.file_io.arrow_path(target)) as out:
             pq.write_table(table, out)
-        size = self.file_io.file_size(target)
-        referenced = rows[0][0] if len(rows) == 1 else None
-        lower = {im.FILE_PATH_ID: rows[0][0].encode()} if rows else {}
-        upper = {im.FILE_PATH_ID: rows[-1][0].encode()} if rows else {}
-        return im.DataFile(1, target, self._partition(entry.partition), table.num_rows, size, {}, lower, upper,
-                           referenced)
+        bound = {im.FILE_PATH_ID: data_path.encode()}
+        return im.DataFile(1, target, self._partition(entry.partition), table.num_rows, self.file_io.file_size(target),
+                           {}, bound, dict(bound), data_path)
 
     # -- table metadata ----------------------------------------------------------------------------
     @staticmethod
