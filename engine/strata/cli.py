@@ -6,6 +6,7 @@
         --primary-key id,dt --partition dt --option bucket=4
     strata --warehouse /tmp/wh write db.orders --input orders.parquet
     strata --warehouse /tmp/wh read db.orders --where "id >= 5 AND dt = '2024-01-01'" --format csv
+    strata --warehouse /tmp/wh delete db.orders --where "price < 0"
     strata --warehouse /tmp/wh describe db.orders
 
 The warehouse defaults to ``$STRATA_WAREHOUSE``, else ``./warehouse``. Errors print one line,
@@ -126,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="a .parquet or .csv file")
     p.add_argument("--mode", choices=["append", "overwrite", "overwrite-dynamic"], default="append")
     p.set_defaults(func=cmd_write)
+
+    p = sub.add_parser("delete", help="delete the rows matching --where (append tables need deletion vectors: "
+                                      "rows are marked, not rewritten; primary-key tables delete by key)")
+    p.add_argument("table")
+    p.add_argument("--where", required=True,
+                   help="the rows to delete, as read's --where: col = 1 AND col2 BETWEEN 'a' AND 'c', ...")
+    p.set_defaults(func=cmd_delete)
 
     p = sub.add_parser("compact", help="the dedicated compaction job: a table, or every table of a database")
     p.add_argument("target", help="db.table, or db with --database")
@@ -532,6 +540,16 @@ def cmd_write(catalog: Catalog, args: argparse.Namespace) -> int:
     result = table.write(data, mode=args.mode)
     ids = ", ".join(str(i) for i in result.snapshot_ids) or "none"
     print(f"wrote {data.num_rows} rows to {table.identifier} ({args.mode}); snapshot {ids}")
+    return 0
+
+
+def cmd_delete(catalog: Catalog, args: argparse.Namespace) -> int:
+    table = catalog.get_table(args.table)
+    result = table.delete_where(parse_where(args.where, table.schema))
+    where = f" in {result.files} file{'s' if result.files != 1 else ''}" if result.files else ""
+    snapshot = f"snapshot {result.snapshot_id}" if result.snapshot_id is not None else "nothing committed"
+    print(f"deleted {result.deleted_rows} row{'s' if result.deleted_rows != 1 else ''} from "
+          f"{table.identifier}{where}; {snapshot}")
     return 0
 
 

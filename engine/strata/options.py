@@ -64,6 +64,13 @@ def _int_at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {value}")
+    return value
+
+
 def _bucket(text: str) -> int:
     value = int(text)
     if value == 0 or value < -2:
@@ -114,6 +121,8 @@ _OPTIONS: list[Option] = [
     Option("compaction.size-ratio", "1", _int_at_least(0), "size ratio"),
     Option("compaction.min.file-num", "5", _int_at_least(1), "append compaction min files"),
     Option("compaction.max.file-num", "50", _int_at_least(1), "append compaction max files"),
+    Option("compaction.delete-ratio-threshold", "0.2", _ratio,
+           "append tables with deletion vectors: files with more deleted rows than this share are compacted"),
     Option("full-compaction.delta-commits", None, _int_at_least(1), "full compaction every N commits"),
     Option("zorder.var-length-contribution", "8", _int_at_least(1), "z-order bytes of a string column"),
     Option("write-only", "false", _bool, "skip compaction and expiry in writers"),

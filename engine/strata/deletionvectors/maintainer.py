@@ -1,12 +1,17 @@
 """The deletion vectors of one (partition, bucket) a writer keeps (Paimon's BucketedDvMaintainer).
 
 A writer restores the vectors of its bucket from the live index files of the latest snapshot,
-marks rows deleted as compactions supersede them, drops the vectors of files it rewrites, and at
-each commit replaces the bucket's index files by new ones: a bucketed table keeps one index file
-per bucket (DELETE the old, ADD the new); a table without buckets rolls files at
-``deletion-vectors.index-file.target-size``. The commit refuses the change if the old index file
-is no longer live (another writer replaced it meanwhile): concurrent deletes conflict, never
-silently lose one.
+marks rows deleted as compactions supersede them (or a delete selects them), drops the vectors of
+files it rewrites, and at each commit replaces index files by new ones:
+
+- a bucketed table keeps one index file per bucket: the commit DELETEs it and ADDs the new one;
+- a table without buckets (append, ``bucket = -1``) keeps several per partition, rolled at
+  ``deletion-vectors.index-file.target-size``; a commit rewrites only the index files holding a
+  vector it changed (their other vectors copied as they are) and puts new vectors in new files
+  (Paimon's UnawareAppendDeletionFileMaintainer).
+
+The commit refuses the change if an index file it replaces is no longer live (another writer
+replaced it meanwhile): concurrent deletes conflict, never silently lose one.
 """
 
 from __future__ import annotations
@@ -35,9 +40,13 @@ class BucketDeletionVectors:
         self.target_size = target_size
         self.live = [e for e in restored if e.index_type == INDEX_TYPE_DELETION_VECTORS]
         self.vectors: dict[str, DeletionVector] = {}
+        self.origin: dict[str, str] = {}  # data file -> the live index file holding its vector
         for entry in self.live:
             path = index_path(paths.table_path, entry.file_name, entry.external_path)
-            self.vectors.update(read_vectors(file_io, path, entry.dv_ranges or []))
+            found = read_vectors(file_io, path, entry.dv_ranges or [])
+            self.vectors.update(found)
+            self.origin.update(dict.fromkeys(found, entry.file_name))
+        self.touched: set[str] = set()  # live index files holding a vector that changed
         self.modified = False
 
     def positions_of(self, data_file: str) -> np.ndarray | None:
@@ -55,23 +64,43 @@ class BucketDeletionVectors:
             vector = self.vectors[data_file] = DeletionVector(self.bitmap64)
         before = len(vector)
         vector.add(positions)
-        self.modified |= len(vector) != before
+        if len(vector) != before:
+            self._changed(data_file)
 
     def remove(self, data_file: str) -> None:
         if self.vectors.pop(data_file, None) is not None:
-            self.modified = True
+            self._changed(data_file)
+
+    def _changed(self, data_file: str) -> None:
+        self.modified = True
+        if data_file in self.origin:
+            self.touched.add(self.origin[data_file])
 
     def prepare_commit(self) -> list[IndexManifestEntry]:
-        """The index changes of this commit (DELETE the live files, ADD their replacement)."""
+        """The index changes of this commit (DELETE the replaced files, ADD their replacement)."""
         if not self.modified:
             return []
         self.modified = False
-        changes = [_as_kind(e, FileKind.DELETE) for e in self.live]
-        self.live = [self._write(group) for group in self._groups() if group]
-        return changes + self.live
+        if self.target_size is None:  # one index file per bucket: all of them are replaced
+            replaced, kept = self.live, []
+            rewritten = self.vectors
+        else:  # only the index files holding a changed vector, and new vectors
+            replaced = [e for e in self.live if e.file_name in self.touched]
+            kept = [e for e in self.live if e.file_name not in self.touched]
+            rewritten = {name: v for name, v in self.vectors.items()
+                         if name not in self.origin or self.origin[name] in self.touched}
+        self.touched = set()
+        changes = [_as_kind(e, FileKind.DELETE) for e in replaced]
+        added = [self._write(group) for group in self._groups(rewritten) if group]
+        self.live = kept + added
+        for entry in added:
+            self.origin.update({r.data_file_name: entry.file_name for r in entry.dv_ranges or []})
+        for name in [n for n in self.origin if n not in self.vectors]:
+            del self.origin[name]
+        return changes + added
 
-    def _groups(self) -> list[dict[str, DeletionVector]]:
-        vectors = {name: v for name, v in self.vectors.items() if len(v)}
+    def _groups(self, vectors: dict[str, DeletionVector]) -> list[dict[str, DeletionVector]]:
+        vectors = {name: v for name, v in vectors.items() if len(v)}
         if self.target_size is None:
             return [vectors]
         groups: list[dict[str, DeletionVector]] = [{}]

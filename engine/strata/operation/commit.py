@@ -19,7 +19,7 @@ from strata.errors import CommitFailedError
 from strata.fs import FileIO
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
-from strata.operation.conflicts import apply_index_changes, check_conflicts
+from strata.operation.conflicts import apply_index_changes, check_conflicts, check_deletion_vector_conflicts
 from strata.operation.manifests import ManifestStore
 from strata.options import CoreOptions
 from strata.schema.table_schema import TableSchema
@@ -63,6 +63,8 @@ class FileStoreCommit:
         self.paths = PathFactory(table_path)
         self.publish = publish or (lambda manager, snap: manager.publish(snap))
         self.key_order = key_decoder(schema) if schema.primary_keys else None
+        # append tables with deletion vectors: each data file's vector is checked at commit
+        self.append_vectors = not schema.primary_keys and bool(self.core.get("deletion-vectors.enabled"))
         self.metric_table = metrics.table_label(table_path)  # the `table` label; TableCommit gives db.table
         # computes a snapshot's properties from the snapshot it builds on (e.g. the log store's
         # per-bucket offsets, carried forward); None keeps the given properties
@@ -204,11 +206,14 @@ class FileStoreCommit:
                           + self.manifests.read_manifest_list(latest.delta_manifest_list))
         entries = change.entries
         if change.overwrite_partitions is not None or change.kind == CommitKind.COMPACT \
-                or any(e.kind == FileKind.DELETE for e in entries):
+                or any(e.kind == FileKind.DELETE for e in entries) or (self.append_vectors and change.index):
             live = self._live_entries(base_metas)
             if change.overwrite_partitions is not None:
                 entries = self._overwrite_entries(live, change)
             check_conflicts(live, entries, self.key_order, self.table_path)
+            if self.append_vectors and change.overwrite_partitions is None:
+                live_index = self.manifests.read_index_manifest(latest.index_manifest if latest else None)
+                check_deletion_vector_conflicts(live, live_index, entries, change.index, self.table_path)
         self._attempt_entries = entries  # what the snapshot adds and deletes, for the metrics
         if delta_metas is None:
             delta_metas = self.manifests.write_manifests(entries, self.paths)
@@ -253,7 +258,7 @@ class FileStoreCommit:
             doomed = set(change.overwrite_partitions)  # empty: the whole table
             live = [e for e in live
                     if e.index_type != INDEX_TYPE_DELETION_VECTORS or (doomed and e.partition not in doomed)]
-        entries = apply_index_changes(live, change.index, self.table_path)
+        entries = apply_index_changes(live, change.index, self.table_path, whole_bucket=self.core.bucket > 0)
         if not entries and previous is None:
             return None
         self._attempt_index_manifest = self.manifests.write_index_manifest(entries, self.paths)

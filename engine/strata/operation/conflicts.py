@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
 
 from strata.errors import CommitConflictError
-from strata.manifest.index_manifest import IndexManifestEntry
+from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
 
 KeyOrder = Callable[[bytes], tuple]
@@ -59,18 +59,20 @@ def _check_lsm_overlap(entries: Iterable[ManifestEntry], key_order: KeyOrder, wh
 
 
 def apply_index_changes(live: Sequence[IndexManifestEntry], changes: Sequence[IndexManifestEntry],
-                        where: str) -> list[IndexManifestEntry]:
+                        where: str, whole_bucket: bool = True) -> list[IndexManifestEntry]:
     """The live index files after `changes` (Paimon's IndexManifestFileHandler). Every DELETE
-    must name a live file, and ADDs for a bucket must replace every file of it that was live:
-    a writer rewrites all the deletion vectors of its bucket, so a file it did not delete was
-    added by another writer since, whose deletes committing would lose."""
+    must name a live file. With `whole_bucket` (bucketed tables), ADDs for a bucket must replace
+    every file of it that was live: a writer rewrites all the deletion vectors of its bucket, so a
+    file it did not delete was added by another writer since, whose deletes committing would lose.
+    Tables without buckets rewrite only some index files of a partition; their data files' vectors
+    are checked one by one (check_deletion_vector_conflicts)."""
     state = {e.file_name: e for e in live}
     for entry in changes:
         if entry.kind == FileKind.DELETE and state.pop(entry.file_name, None) is None:
             raise CommitConflictError(
                 f"trying to delete index file {entry.file_name} of {where} which is not live (a concurrent "
                 "commit changed the deletion vectors of its bucket); restart from the latest snapshot")
-    kept = {(e.partition, e.bucket, e.index_type): e.file_name for e in state.values()}
+    kept = {(e.partition, e.bucket, e.index_type): e.file_name for e in state.values()} if whole_bucket else {}
     for entry in changes:
         if entry.kind == FileKind.DELETE:
             continue
@@ -81,3 +83,51 @@ def apply_index_changes(live: Sequence[IndexManifestEntry], changes: Sequence[In
                 f"{entry.bucket} (a concurrent commit added deletion vectors to it); restart from the latest snapshot")
         state[entry.file_name] = entry
     return list(state.values())
+
+
+def check_deletion_vector_conflicts(live: Sequence[ManifestEntry], live_index: Sequence[IndexManifestEntry],
+                                    entries: Sequence[ManifestEntry], index_changes: Sequence[IndexManifestEntry],
+                                    where: str) -> None:
+    """Append tables with deletion vectors (Paimon's ConflictDetection with deletion vectors): a
+    data file's vector is part of its identity. A commit that rewrites the vector of a data file
+    must have read the vector that is live now; one that gives a file its first vector must find it
+    still without one, and the file still live; a compaction that removes a data file must drop the
+    vector that is live now (none if it read none). Otherwise a concurrent delete or compaction
+    changed the file meanwhile, and committing would lose deleted rows or resurrect them."""
+    base = _vector_files(live_index)
+    removed = _vector_files(e for e in index_changes if e.kind == FileKind.DELETE)
+    added = _vector_files(e for e in index_changes if e.kind == FileKind.ADD)
+    restart = "; restart from the latest snapshot"
+    for name, index in removed.items():
+        if base.get(name) != index:
+            raise CommitConflictError(
+                f"the deletion vector of data file {name} of {where} changed since this commit read it (a "
+                f"concurrent delete or compaction rewrote index file {index}){restart}")
+    for name in added:
+        if name not in removed and name in base:
+            raise CommitConflictError(
+                f"data file {name} of {where} got a deletion vector from a concurrent commit (index file "
+                f"{base[name]}) after this commit read it{restart}")
+    files = {e.file.file_name for e in live}
+    gone = set()
+    for entry in entries:
+        if entry.kind == FileKind.DELETE:
+            gone.add(entry.file.file_name)
+            vector = base.get(entry.file.file_name)
+            if vector is not None and removed.get(entry.file.file_name) != vector:
+                raise CommitConflictError(
+                    f"data file {entry.file.file_name} of {where} got deleted rows (index file {vector}) "
+                    f"after this compaction read it; rewriting it would bring them back{restart}")
+        else:
+            files.add(entry.file.file_name)
+    for name in added:
+        if name not in files or name in gone:
+            raise CommitConflictError(
+                f"data file {name} of {where} is no longer live (a concurrent compaction or overwrite removed "
+                f"it): the rows this commit deletes in it would be lost{restart}")
+
+
+def _vector_files(entries: Iterable[IndexManifestEntry]) -> dict[str, str]:
+    """Data file -> the deletion-vector index file holding its vector."""
+    return {r.data_file_name: e.file_name for e in entries if e.index_type == INDEX_TYPE_DELETION_VECTORS
+            for r in e.dv_ranges or []}

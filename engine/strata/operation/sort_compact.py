@@ -19,17 +19,20 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from strata import metrics
+from strata.deletionvectors import DeletionFile, deleted_positions
 from strata.errors import CommitConflictError, CommitFailedError
 from strata.io.data_file_reader import ColumnMapping, read_file
 from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
 from strata.manifest.data_file_meta import DataFileMeta
+from strata.manifest.index_manifest import IndexManifestEntry
+from strata.operation.append_compact import DeletionState, compaction_index_changes
 from strata.operation.commit import CommitResult
 from strata.operation.zorder import check_zorder_type, zorder_sort_indices
 from strata.table.commit_message import CommitMessage
@@ -51,6 +54,9 @@ class SortCompactTask:
     bucket: int
     total_buckets: int
     files: list[DataFileMeta]
+    # deletion vectors as of the planning snapshot: the files' vectors, the partition's index files
+    deletion_files: dict[str, DeletionFile] = field(default_factory=dict)
+    index_entries: list[IndexManifestEntry] = field(default_factory=list)
 
 
 def sort_compact(table: Table, columns: Sequence[str], strategy: str = ORDER,
@@ -60,8 +66,10 @@ def sort_compact(table: Table, columns: Sequence[str], strategy: str = ORDER,
     columns = check_sort_compaction(table, columns, strategy)
     messages: list[CommitMessage] = []
     try:
-        for task in plan_sort_compaction(table, partitions):
+        tasks = plan_sort_compaction(table, partitions)
+        for task in tasks:
             messages.append(run_sort_compaction(table, task, columns, strategy))
+        messages += compaction_index_changes(table, tasks)  # deletion vectors of the rewritten files
     except BaseException:
         _delete_written(table, messages)
         raise
@@ -104,11 +112,22 @@ def check_sort_compaction(table: Table, columns: Sequence[str], strategy: str) -
 def plan_sort_compaction(table: Table, partitions: list[bytes] | None = None) -> list[SortCompactTask]:
     """One task per selected partition that has files."""
     groups: dict[tuple[bytes, int, int], list[DataFileMeta]] = defaultdict(list)
-    for entry in table.new_scan().plan_entries():
+    scan = table.new_scan()
+    snapshot = scan.snapshot()
+    for entry in scan.plan_entries(snapshot):
         if partitions is None or entry.partition in partitions:
             groups[(entry.partition, entry.bucket, entry.total_buckets)].append(entry.file)
-    return [SortCompactTask(partition, bucket, total, sorted(files, key=lambda f: f.min_sequence_number))
-            for (partition, bucket, total), files in groups.items()]
+    state = DeletionState.of(table, snapshot.index_manifest if snapshot else None) \
+        if table.core.get("deletion-vectors.enabled") else None
+    tasks = []
+    for (partition, bucket, total), files in groups.items():
+        task = SortCompactTask(partition, bucket, total, sorted(files, key=lambda f: f.min_sequence_number))
+        if state is not None:
+            vectors = state.files.get((partition, bucket), {})
+            task.deletion_files = {f.file_name: vectors[f.file_name] for f in files if f.file_name in vectors}
+            task.index_entries = list(state.index.get((partition, bucket), []))
+        tasks.append(task)
+    return tasks
 
 
 def run_sort_compaction(table: Table, task: SortCompactTask, columns: Sequence[str],
@@ -121,7 +140,9 @@ def run_sort_compaction(table: Table, task: SortCompactTask, columns: Sequence[s
     paths = PathFactory(table.path)
     bucket_dir = paths.bucket_dir(table.partition_dir(table.new_scan()._partition_values(task.partition)),
                                   task.bucket)
-    data = pa.concat_tables(list(_read(table, bucket_dir, task.files)))
+    tables = list(_read(table, bucket_dir, task.files, task.deletion_files))
+    # every row deleted: the files are dropped, nothing is written
+    data = pa.concat_tables(tables) if tables else table.schema.arrow_schema().empty_table()
     data = data.take(sort_indices(table, data, columns, strategy))
     writer = DataFileWriter(table.file_io, paths, bucket_dir, config)
     step = _rows_per_file(task.files, config.target_file_size)
@@ -147,14 +168,18 @@ def sort_indices(table: Table, data: pa.Table, columns: Sequence[str], strategy:
     return pc.sort_indices(data, sort_keys=[(c, "ascending", "at_start") for c in columns])
 
 
-def _read(table: Table, bucket_dir: str, files: list[DataFileMeta]) -> Iterator[pa.Table]:
+def _read(table: Table, bucket_dir: str, files: list[DataFileMeta],
+          vectors: dict[str, DeletionFile]) -> Iterator[pa.Table]:
+    """The files' rows, without those their deletion vectors mark."""
     from strata.schema.evolution import check_rewritable
 
     names = table.schema.field_names
     for f in files:
         check_rewritable(table.schema, f.schema_id, f.file_name, str(table.identifier))
         mapping = ColumnMapping(table.schema, table.schema_at(f.schema_id), names)
-        yield from read_file(table.file_io, f"{bucket_dir}/{f.file_name}", mapping)
+        vector = vectors.get(f.file_name)
+        deleted = deleted_positions(table.file_io, vector) if vector is not None else None
+        yield from read_file(table.file_io, f"{bucket_dir}/{f.file_name}", mapping, deleted=deleted)
 
 
 def _rows_per_file(files: list[DataFileMeta], target_size: int) -> int:

@@ -73,6 +73,10 @@ def compact(spark: SparkSession, path: str | None = None, full: bool = False,
     if not units:
         return CompactionResult(None, 0, 0, 0, 0)
     messages, tasks, executors = run_tasks(spark, ref, units, full, parallelism)
+    if not isinstance(units[0], BucketUnit):  # append tables: drop the rewritten files' deletion vectors
+        from strata.operation.append_compact import compaction_index_changes
+
+        messages += compaction_index_changes(table, units)
     snapshot_id = commit_once(table, messages, commit_user)
     return CompactionResult(snapshot_id, len(units), tasks, sum(len(m.compact_before) for m in messages),
                             sum(len(m.compact_after) for m in messages), executors)

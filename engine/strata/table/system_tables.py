@@ -602,7 +602,7 @@ class SystemTable(Table):
         raise ReadOnlyTableError(f"system table {self.identifier} is read-only")
 
     # everything that writes, changes the data table, or plans its data splits is refused
-    write = delete = new_write = new_commit = compact = alter = _read_only
+    write = delete = delete_where = new_write = new_commit = compact = alter = _read_only
     scan = new_scan = new_read = read_incremental = system_table = _read_only
     add_column = drop_column = rename_column = update_column_type = set_options = remove_options = _read_only
     create_tag = delete_tag = expire_tags = rollback_to = expire_snapshots = expire_partitions = _read_only
