@@ -78,7 +78,8 @@ class ColumnMapping:
 def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None = None,
               stat_names: dict[str, str] | None = None, batch_rows: int = BATCH_ROWS,
               use_threads: bool = True, deleted: np.ndarray | None = None,
-              positions: bool = False, row_filter: Predicate | None = None) -> Iterator[pa.Table]:
+              positions: bool = False, row_filter: Predicate | None = None,
+              row_range: tuple[int, int] | None = None) -> Iterator[pa.Table]:
     """Yield the file's rows in order, in batches, skipping row groups `prune` rules out.
 
     `stat_names` maps predicate field names to file column names for row-group statistics.
@@ -87,11 +88,13 @@ def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predica
     `deleted`: sorted row positions a deletion vector marks, left out (row groups they cover
     entirely are not decoded); `positions` appends each row's position as ROW_POSITION.
     `row_filter`: only the rows it selects (evaluated on the mapped columns, which must hold its
-    fields), filtered before the deleted rows are left out: a selective filter copies little."""
+    fields), filtered before the deleted rows are left out: a selective filter copies little.
+    `row_range` (start, end): only the row groups starting in it (a part of the file, read in
+    parallel with the others by the caller)."""
     try:
-        if deleted is not None or positions:
+        if deleted is not None or positions or row_range is not None:
             yield from _read_positioned(file_io, path, mapping, prune, stat_names, batch_rows, use_threads,
-                                        deleted, positions, row_filter)
+                                        deleted, positions, row_filter, row_range)
             return
         yield from _read_file(file_io, path, mapping, prune, stat_names, batch_rows, use_threads, row_filter)
     except FileNotFoundError:
@@ -123,7 +126,8 @@ def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predic
 def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
                      stat_names: dict[str, str] | None, batch_rows: int, use_threads: bool,
                      deleted: np.ndarray | None, positions: bool,
-                     row_filter: Predicate | None = None) -> Iterator[pa.Table]:
+                     row_filter: Predicate | None = None,
+                     row_range: tuple[int, int] | None = None) -> Iterator[pa.Table]:
     """`_read_file` keeping track of each row's position in the file: consecutive row groups are
     read as one stream (batches of `batch_rows`), a skipped group starts a new one."""
     expression = row_filter.to_arrow() if row_filter is not None else None
@@ -135,21 +139,32 @@ def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: 
         columns = mapping.file_columns(set(parquet.schema_arrow.names))
         groups = _row_groups(parquet, prune, mapping.stat_columns(stat_names or {}))
         selected = [g for g in (range(meta.num_row_groups) if groups is None else groups)
-                    if deleted is None or _dead_count(deleted, int(starts[g]), int(starts[g + 1]))
-                    < starts[g + 1] - starts[g]]  # a group whose every row is deleted is not decoded
+                    if (row_range is None or row_range[0] <= starts[g] < row_range[1])
+                    and (deleted is None or _dead_count(deleted, int(starts[g]), int(starts[g + 1]))
+                         < starts[g + 1] - starts[g])]  # a group whose every row is deleted is not decoded
         if not selected:
             return
         constants = _constant_columns(parquet, columns, selected)
         decoded = [c for c in columns if c not in constants]
+        # the filter runs on the decoded columns (before constants, casts and copies) when it
+        # only names columns decoded as they are
+        early = row_filter is not None and all(
+            mapping.source.get(f) == f and f in decoded and parquet.schema_arrow.field(f).type == mapping.types[f]
+            for f in row_filter.fields())
         for run in _consecutive(selected):
             offset = int(starts[run[0]])
             for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=run, columns=decoded,
                                               use_threads=use_threads):
-                table = mapping.apply(_with_constants(batch, constants))
-                n = table.num_rows
+                n = batch.num_rows
                 dead = no_deletes if deleted is None else \
                     deleted[np.searchsorted(deleted, offset):np.searchsorted(deleted, offset + n)] - offset
-                yield _live_rows(table, offset, dead, positions, expression)
+                if expression is None:
+                    yield _without_dead(batch, offset, dead, positions, mapping, constants)
+                elif early and row_filter is not None:
+                    yield _selected(batch, offset, dead, positions, mapping, constants, row_filter)
+                else:
+                    yield _live_rows(mapping.apply(_with_constants(batch, constants)), offset, dead, positions,
+                                     expression)
                 offset += n
 
 
@@ -169,31 +184,83 @@ def _consecutive(groups: Sequence[int]) -> list[list[int]]:
 
 
 def _with_constants(batch: pa.RecordBatch, constants: dict[str, pa.Scalar]) -> pa.Table:
-    table = pa.Table.from_batches([batch])
+    return _add_constants(pa.Table.from_batches([batch]), constants)
+
+
+def _add_constants(table: pa.Table, constants: dict[str, pa.Scalar]) -> pa.Table:
     for name, value in constants.items():
-        table = table.append_column(name, pa.repeat(value, table.num_rows))
+        table = table.append_column(name, _repeat(value, table.num_rows))
+    return table
+
+
+def _repeat(value: pa.Scalar, n: int) -> pa.Array:
+    """`value` n times. A string or binary value is laid out directly (offsets and bytes) at a
+    fraction of pa.repeat's cost; it is what a partition column costs on every read."""
+    kind = value.type
+    if n and value.is_valid and (pa.types.is_string(kind) or pa.types.is_binary(kind)):
+        data = value.as_buffer().to_pybytes() if pa.types.is_binary(kind) else value.as_py().encode("utf-8")
+        if len(data) * n < 2**31:
+            offsets = np.arange(0, (n + 1) * len(data), len(data) or 1, dtype=np.int32)[:n + 1] \
+                if data else np.zeros(n + 1, dtype=np.int32)
+            return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+    return pa.repeat(value, n)
+
+
+def _without_dead(batch: pa.RecordBatch, offset: int, dead: np.ndarray, positions: bool, mapping: ColumnMapping,
+                  constants: dict[str, pa.Scalar]) -> pa.Table:
+    """A batch starting at row `offset` of its file without its `dead` rows: the decoded columns
+    are filtered before the constant ones are repeated, and before any cast."""
+    table = pa.Table.from_batches([batch])
+    keep = None
+    if len(dead):
+        keep = np.ones(batch.num_rows, dtype=bool)
+        keep[dead] = False
+        table = table.filter(pa.array(keep))
+    table = mapping.apply(_add_constants(table, constants))
+    if positions:
+        at = np.arange(offset, offset + batch.num_rows, dtype=np.int64)
+        table = table.append_column(ROW_POSITION, pa.array(at if keep is None else at[keep]))
+    return table
+
+
+def _selected(batch: pa.RecordBatch, offset: int, dead: np.ndarray, positions: bool, mapping: ColumnMapping,
+              constants: dict[str, pa.Scalar], row_filter: Predicate) -> pa.Table:
+    """The rows of a batch (starting at row `offset` of its file) `row_filter` selects, without
+    the `dead` ones: one boolean mask, one gather of the rows kept."""
+    table = pa.Table.from_batches([batch])
+    try:
+        mask = row_filter.mask(table)
+    except (pa.ArrowException, TypeError, ValueError):  # a literal the kernels take only through a plan
+        return _live_rows(mapping.apply(_with_constants(batch, constants)), offset, dead, positions,
+                          row_filter.to_arrow())
+    if isinstance(mask, pa.ChunkedArray):
+        mask = mask.combine_chunks()
+    keep = pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
+    if len(dead):
+        keep = keep.copy() if not keep.flags.writeable else keep
+        keep[dead] = False
+    rows = np.flatnonzero(keep)
+    if len(rows) < table.num_rows:
+        table = table.take(pa.array(rows))
+    table = mapping.apply(_add_constants(table, constants))
+    if positions:
+        table = table.append_column(ROW_POSITION, pa.array(rows + offset))
     return table
 
 
 def _live_rows(table: pa.Table, offset: int, dead: np.ndarray, positions: bool,
-               expression: pc.Expression | None) -> pa.Table:
+               expression: pc.Expression) -> pa.Table:
     """The rows of a batch starting at row `offset` of its file, without the `dead` ones (offsets
     in the batch, sorted) and, with `expression`, only those it selects."""
     n = table.num_rows
-    if positions or (expression is not None and len(dead)):
+    if positions or len(dead):
         table = table.append_column(ROW_POSITION, pa.array(np.arange(offset, offset + n, dtype=np.int64)))
-    if expression is not None:
-        table = table.filter(expression)
-        if len(dead) and table.num_rows:
-            at = table.column(ROW_POSITION).to_numpy() - offset
-            table = table.filter(pa.array(~np.isin(at, dead, assume_unique=True)))
-        if ROW_POSITION in table.column_names and not positions:
-            table = table.drop_columns([ROW_POSITION])
-        return table
-    if len(dead):
-        keep = np.ones(n, dtype=bool)
-        keep[dead] = False
-        table = table.filter(pa.array(keep))
+    table = table.filter(expression)
+    if len(dead) and table.num_rows:
+        at = table.column(ROW_POSITION).to_numpy() - offset
+        table = table.filter(pa.array(~np.isin(at, dead, assume_unique=True)))
+    if ROW_POSITION in table.column_names and not positions:
+        table = table.drop_columns([ROW_POSITION])
     return table
 
 

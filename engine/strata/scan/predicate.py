@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 
@@ -38,6 +39,11 @@ class Predicate(ABC):
 
     @abstractmethod
     def fields(self) -> set[str]: ...
+
+    @abstractmethod
+    def mask(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+        """The predicate evaluated on `table`'s rows with compute kernels (no query plan): True,
+        False or null (a filter drops null), as ``table.filter(self.to_arrow())`` decides."""
 
     def __and__(self, other: Predicate) -> Predicate:
         return And(self, other)
@@ -69,6 +75,19 @@ class Leaf(Predicate):
 
     def fields(self) -> set[str]:
         return {self.field}
+
+    def mask(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+        column = table.column(self.field)
+        lit = self.literals[0] if self.literals else None
+        ops: dict[str, Callable[[], pa.ChunkedArray | pa.Array]] = {
+            "eq": lambda: pc.equal(column, lit), "ne": lambda: pc.not_equal(column, lit),
+            "lt": lambda: pc.less(column, lit), "le": lambda: pc.less_equal(column, lit),
+            "gt": lambda: pc.greater(column, lit), "ge": lambda: pc.greater_equal(column, lit),
+            "in": lambda: pc.is_in(column, value_set=pa.array(list(self.literals)).cast(column.type)),
+            "is_null": lambda: pc.is_null(column), "is_not_null": lambda: pc.is_valid(column),
+            "starts_with": lambda: pc.starts_with(column, pattern=lit),
+        }
+        return ops[self.op]()
 
     def may_match(self, stats: StatsLookup) -> bool:
         s = stats(self.field)
@@ -117,6 +136,9 @@ class And(Predicate):
     def to_arrow(self) -> pc.Expression:
         return self.left.to_arrow() & self.right.to_arrow()
 
+    def mask(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+        return pc.and_kleene(self.left.mask(table), self.right.mask(table))
+
     def may_match(self, stats: StatsLookup) -> bool:
         return self.left.may_match(stats) and self.right.may_match(stats)
 
@@ -132,6 +154,9 @@ class Or(Predicate):
     def to_arrow(self) -> pc.Expression:
         return self.left.to_arrow() | self.right.to_arrow()
 
+    def mask(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+        return pc.or_kleene(self.left.mask(table), self.right.mask(table))
+
     def may_match(self, stats: StatsLookup) -> bool:
         return self.left.may_match(stats) or self.right.may_match(stats)
 
@@ -145,6 +170,9 @@ class Not(Predicate):
 
     def to_arrow(self) -> pc.Expression:
         return ~self.child.to_arrow()
+
+    def mask(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+        return pc.invert(self.child.mask(table))
 
     def may_match(self, stats: StatsLookup) -> bool:
         return True  # min/max cannot refute a negation in general

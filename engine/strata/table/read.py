@@ -88,14 +88,24 @@ class TableRead:
         each task decodes on one thread (pyarrow's column threads on top only contend). Decoded
         files wait for their merge: memory is the result to_arrow returns anyway, plus the
         records the merge drops."""
-        reads = sorted(((i, f, wanted, prune) for i, split in enumerate(splits)
-                        for f, wanted, prune in self._file_reads(split)), key=lambda r: -r[1].file_size)
+        reads = [(i, f, wanted, prune) for i, split in enumerate(splits)
+                 for f, wanted, prune in self._file_reads(split)]
         io = self._prefetching_io((splits[i], f, prune) for i, f, _, prune in reads)
+        # raw (deletion-vector) files need no merge: a large one decodes as several tasks of
+        # consecutive row groups, so that the last large file does not leave a core idle. Not on
+        # an object store, where each file arrives in one GET
+        parts = [(i, f, wanted, prune, k, part) for i, f, wanted, prune in reads
+                 for k, part in enumerate(_row_ranges(f.row_count) if self._raw(splits[i])
+                                          and not self.table.file_io.is_object_store else [None])]
+        parts.sort(key=lambda r: -r[1].file_size * _share(r[5], r[1].row_count))  # largest first
         try:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="strata-read") as pool:
-                decoded: list[dict[str, Future[list[pa.Table]]]] = [{} for _ in splits]
-                for i, f, wanted, prune in reads:
-                    decoded[i][f.file_name] = pool.submit(_listed, self._read, splits[i], f, wanted, prune, io, False)
+                futures = {(i, f.file_name, k): pool.submit(_listed, self._read, splits[i], f, wanted, prune, io,
+                                                            False, part)
+                           for i, f, wanted, prune, k, part in parts}
+                decoded: list[dict[str, list[Future[list[pa.Table]]]]] = [defaultdict(list) for _ in splits]
+                for i, name, k in sorted(futures):  # each file's parts in row order
+                    decoded[i][name].append(futures[(i, name, k)])
                 # queued behind every decode: a merge only ever waits for decodes already running
                 merged = [pool.submit(_listed, self._read_split, split, _from_futures(decoded[i]))
                           for i, split in enumerate(splits)]
@@ -230,8 +240,8 @@ class TableRead:
                 batch = _with_aliases(batch, key_values)
                 yield batch if expression is None else batch.filter(expression)
 
-    def _read(self, split: DataSplit, f: DataFileMeta, wanted: list[str],
-              prune: Predicate | None, io: FileIO, decode_threads: bool = True) -> Iterator[pa.Table]:
+    def _read(self, split: DataSplit, f: DataFileMeta, wanted: list[str], prune: Predicate | None, io: FileIO,
+              decode_threads: bool = True, row_range: tuple[int, int] | None = None) -> Iterator[pa.Table]:
         writer_schema = self.table.schema_at(f.schema_id)
         mapping = ColumnMapping(self.schema, writer_schema, wanted)
         stat_names = {k: KEY_PREFIX + k for k in self.schema.trimmed_primary_keys} if self.key_names else {}
@@ -242,7 +252,7 @@ class TableRead:
         # rows are dropped, so a selective filter copies only what it keeps
         row_filter = self.filter if self._raw(split) else None
         yield from read_file(io, self._path(split, f), mapping, prune, stat_names, use_threads=decode_threads,
-                             deleted=deleted, row_filter=row_filter)
+                             deleted=deleted, row_filter=row_filter, row_range=row_range)
 
     @staticmethod
     def _path(split: DataSplit, f: DataFileMeta) -> str:
@@ -285,11 +295,28 @@ def _listed(read: Callable[..., Iterator[pa.Table]], *args: object) -> list[pa.T
     return list(read(*args))
 
 
-def _from_futures(decoded: dict[str, Future[list[pa.Table]]]) -> Decode:
-    """A Decode serving each file from its decode task, once (then the tables are the merge's)."""
+def _from_futures(decoded: dict[str, list[Future[list[pa.Table]]]]) -> Decode:
+    """A Decode serving each file from its decode tasks (its parts, in row order), once (then the
+    tables are the merge's)."""
     def decode(f: DataFileMeta, wanted: list[str], prune: Predicate | None) -> Iterator[pa.Table]:
-        return iter(decoded.pop(f.file_name).result())
+        return (t for part in decoded.pop(f.file_name) for t in part.result())
     return decode
+
+
+PART_ROWS = 128 * 1024  # rows of one decode task of a large raw file
+
+
+def _row_ranges(row_count: int) -> list[tuple[int, int] | None]:
+    """A raw file's decode tasks: row ranges of about PART_ROWS rows (one task: [None])."""
+    parts = row_count // PART_ROWS
+    if parts < 2:
+        return [None]
+    step = -(-row_count // parts)
+    return [(start, start + step) for start in range(0, row_count, step)]
+
+
+def _share(part: tuple[int, int] | None, row_count: int) -> float:
+    return 1.0 if part is None or not row_count else (part[1] - part[0]) / row_count
 
 
 def _with_aliases(batch: pa.Table, key_values: Sequence[str]) -> pa.Table:
