@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -193,9 +194,38 @@ def _add_constants(table: pa.Table, constants: dict[str, pa.Scalar]) -> pa.Table
     return table
 
 
+_REPEATED: dict[tuple[pa.DataType, object], pa.Array] = {}  # constant column values, by type and value
+_REPEATED_LOCK = threading.Lock()
+REPEAT_CACHE_ROWS = BATCH_ROWS  # a repeated value this long is kept and sliced (zero copy) for shorter batches
+
+
 def _repeat(value: pa.Scalar, n: int) -> pa.Array:
-    """`value` n times. A string or binary value is laid out directly (offsets and bytes) at a
-    fraction of pa.repeat's cost; it is what a partition column costs on every read."""
+    """`value` n times, sliced from a kept array of the value when n <= REPEAT_CACHE_ROWS (a
+    partition column is the same in every batch of every read)."""
+    if n > REPEAT_CACHE_ROWS or not value.is_valid:
+        return _build_repeat(value, n)
+    try:
+        key = (value.type, value.as_py())
+        hash(key)
+        width = len(key[1]) if isinstance(key[1], str | bytes) else value.type.bit_width // 8
+    except (TypeError, ValueError, pa.ArrowException):
+        return _build_repeat(value, n)
+    if width * REPEAT_CACHE_ROWS > 16 << 20:  # a long value: not worth keeping
+        return _build_repeat(value, n)
+    with _REPEATED_LOCK:
+        kept = _REPEATED.get(key)
+    if kept is None:
+        kept = _build_repeat(value, REPEAT_CACHE_ROWS)
+        with _REPEATED_LOCK:
+            if len(_REPEATED) >= 64:  # a bound: many distinct values (partitions) are read in turn
+                _REPEATED.clear()
+            _REPEATED[key] = kept
+    return kept.slice(0, n)
+
+
+def _build_repeat(value: pa.Scalar, n: int) -> pa.Array:
+    """A string or binary value is laid out directly (offsets and bytes) at a fraction of
+    pa.repeat's cost."""
     kind = value.type
     if n and value.is_valid and (pa.types.is_string(kind) or pa.types.is_binary(kind)):
         data = value.as_buffer().to_pybytes() if pa.types.is_binary(kind) else value.as_py().encode("utf-8")
