@@ -261,8 +261,7 @@ class KeyValueBucketWriter(BucketWriter):
         if context.changelog_producer == "lookup" and context.changelog_writer is not None:
             changes = lookup.changelog(found)
             if changes is not None:
-                result.changelog = context.changelog_writer.write(changes, level=unit.output_level,
-                                                                  file_source=FILE_SOURCE_COMPACT)
+                result.changelog = context.changelog_writer.write(changes, level=0, file_source=FILE_SOURCE_COMPACT)
         return result
 
     def _after_flush(self, files: list[DataFileMeta]) -> None:
