@@ -182,9 +182,8 @@ class KafkaService(Service):
         (self.state_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         if (self.data_dir / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         run(self.java_command("kafka.tools.StorageTool", "format", "--ignore-formatted",
-                              "--cluster-id", cluster_id,
+                              "--cluster-id", new_cluster_id(),
                               "--config", str(self.state_dir / "server.properties")),
             cwd=self.state_dir, timeout=300)
 
@@ -229,6 +228,15 @@ class KafkaService(Service):
 
 
 # -- helpers shared by check() and the integration tests ------------------------------------
+def new_cluster_id() -> str:
+    """A random KRaft cluster id; like Kafka's own Uuid, never one that starts with '-' (the storage
+    tool's argument parser would read it as an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def java_binary() -> str:
     """Java 17+ for the broker: $JAVA_HOME, else `java` on PATH, else Debian's OpenJDK 17."""
     home = os.environ.get("JAVA_HOME")
