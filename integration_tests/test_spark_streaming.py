@@ -3,7 +3,8 @@
 Reads: the ``compacted-full`` start, ``scan.bounded.watermark`` and the per-micro-batch read
 limits (records and files). Writes: ``strata.spark.upsert_batch`` / ``batch_writer`` commit a
 batch once per (commit user, batch id), upsert and delete by key, and skip a replayed batch,
-called directly and from a restarted query whose commit marker was lost.
+called directly and from a restarted query whose commit marker was lost; ``delete_batch`` /
+``batch_deleter`` delete the rows a batch of keys names, marking them in deletion vectors.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 import strata
 from strata.errors import OptionError
-from strata.spark import batch_writer, upsert_batch
+from strata.spark import batch_deleter, batch_writer, delete_batch, upsert_batch
 from strata.spark.options import commit_user_for_checkpoint
 
 if TYPE_CHECKING:
@@ -218,3 +219,61 @@ def test_batch_writer_in_a_restarted_query_skips_the_replayed_batch(session: Spa
     # the sink's identity: commit user from the checkpoint location, identifier = batch id
     assert [(s.commit_user, s.commit_identifier) for s in snaps] == [
         (commit_user_for_checkpoint(checkpoint), b) for b in range(3)]
+
+
+def test_batch_deleter_marks_rows_of_an_append_table_exactly_once(session: SparkSession, catalog: Warehouse,
+                                                                   tmp_path: Path) -> None:
+    """A stream of ids to delete, on an append table with deletion vectors: rows are marked in
+    place (no data file rewritten), and a replayed batch is skipped; a replay would delete the
+    row written again after it."""
+    table = catalog.create_table("db.events", EVENTS, options={"bucket": "-1", "deletion-vectors.enabled": "true"})
+    for snap in range(2):
+        table.write(events(snap, range(snap * 100, snap * 100 + 100)))
+    files_before = {f.file_name for s in table.scan() for f in s.files}
+    source_dir = tmp_path / "deletes"
+    source_dir.mkdir()
+    for n, ids in enumerate(([5, 6, 150], [7, 7, 999], [150, 160])):
+        path = source_dir / f"part-{n}.parquet"
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "reason": ["gdpr"] * len(ids)}), path)
+        os.utime(path, (1_000_000 + n, 1_000_000 + n))
+    checkpoint = str(tmp_path / "ck")
+    delete = batch_deleter(uri(catalog, "db.events"), on=["id"], checkpoint_location=checkpoint)
+
+    def run() -> Any:
+        stream = session.readStream.schema("id bigint, reason string").option("maxFilesPerTrigger", 1)
+        query = (stream.parquet(str(source_dir)).writeStream.foreachBatch(delete)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination(180)
+        assert query.exception() is None
+        return query
+
+    assert [p["batchId"] for p in run().recentProgress] == [0, 1, 2]
+    expected = sorted(set(range(200)) - {5, 6, 7, 150, 160})
+    assert sorted(table.to_arrow().column("id").to_pylist()) == expected
+    assert {f.file_name for s in table.scan() for f in s.files} == files_before  # marked, not rewritten
+    assert sum(d.cardinality or 0 for s in table.scan() for d in (s.deletion_files or {}).values()) == 5
+    table.write(events(9, range(160, 161)))  # 160 comes back
+    os.remove(f"{checkpoint}/commits/2")
+    os.remove(f"{checkpoint}/commits/.2.crc")
+    assert [p["batchId"] for p in run().recentProgress] == [2]
+    assert sorted(table.to_arrow().column("id").to_pylist()) == sorted([*expected, 160])
+    user = commit_user_for_checkpoint(checkpoint)
+    assert [(s.commit_user, s.commit_identifier) for s in table.snapshots()][2:5] == [(user, b) for b in range(3)]
+
+
+def test_delete_batch_on_a_primary_key_table_and_its_errors(session: SparkSession, catalog: Warehouse) -> None:
+    table = catalog.create_table("db.pk", EVENTS, primary_keys=["id"], options={"bucket": "2"})
+    table.write(events(0, range(20)))
+    target = uri(catalog, "db.pk")
+    keys = session.createDataFrame([(3, "a"), (4, "b"), (4, "c"), (99, "d")], "id bigint, why string")
+    assert delete_batch(keys, 0, target, on=["id"], commit_user="gdpr")
+    assert not delete_batch(keys.limit(0), 0, target, on=["id"], commit_user="gdpr")  # a replay
+    assert sorted(table.to_arrow().column("id").to_pylist()) == sorted(set(range(20)) - {3, 4})
+    with pytest.raises(OptionError, match=r"missing in the batch: \['v'\]"):
+        delete_batch(keys, 1, target, on=["v"], commit_user="gdpr")
+    with pytest.raises(OptionError, match=r"unknown to the table: \['why'\]"):
+        delete_batch(keys, 1, target, on=["why"], commit_user="gdpr")
+    append = catalog.create_table("db.plain", EVENTS)
+    with pytest.raises(ValueError, match="needs deletion vectors"):
+        delete_batch(keys, 0, uri(catalog, "db.plain"), on=["id"], commit_user="gdpr")
+    assert append.snapshots() == []

@@ -37,6 +37,7 @@ from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexMan
 from strata.manifest.manifest_entry import FileKind
 from strata.scan.planner import DataSplit
 from strata.scan.predicate import Predicate
+from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
 from strata.table.commit_message import CommitMessage
 
 if TYPE_CHECKING:
@@ -65,18 +66,21 @@ class PreparedDelete:
         return [e for m in self.messages for e in m.index_changes if e.kind == FileKind.ADD]
 
 
-def delete_where(table: Table, predicate: Predicate, commit_user: str | None = None) -> DeleteResult:
-    """Delete the rows `predicate` selects (see the module's docstring)."""
+def delete_where(table: Table, predicate: Predicate, commit_user: str | None = None,
+                 identifier: int | None = None) -> DeleteResult:
+    """Delete the rows `predicate` selects (see the module's docstring); `identifier` is the
+    commit identifier (a streaming batch id: see ``last_committed_identifier``)."""
     _check(table, predicate)
     if table.schema.primary_keys:
-        return _delete_keys(table, predicate, commit_user)
+        return _delete_keys(table, predicate, commit_user, identifier)
     retries = int(table.core.get("commit.max-retries"))
     for attempt in range(1, retries + 2):
         prepared = prepare_delete(table, predicate)
         if not prepared.messages:
             return DeleteResult(None, 0, 0, attempt)
         try:
-            result = table.new_commit(commit_user).commit(prepared.messages)
+            result = table.new_commit(commit_user).commit(
+                prepared.messages, BATCH_COMMIT_IDENTIFIER if identifier is None else identifier)
         except CommitConflictError:
             _delete_index_files(table, prepared.written_index_files())  # nothing was published
             if attempt > retries:
@@ -161,11 +165,12 @@ def _matching_positions(table: Table, predicate: Predicate, split: DataSplit, f:
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
-def _delete_keys(table: Table, predicate: Predicate, commit_user: str | None) -> DeleteResult:
+def _delete_keys(table: Table, predicate: Predicate, commit_user: str | None,
+                 identifier: int | None) -> DeleteResult:
     rows = table.to_arrow(filter=predicate)
     if rows.num_rows == 0:
         return DeleteResult(None, 0, 0)
-    result = table.write(rows, row_kind="-D", commit_user=commit_user)
+    result = table.write(rows, row_kind="-D", commit_user=commit_user, identifier=identifier)
     return DeleteResult(result.snapshot_ids[-1] if result.snapshot_ids else None, rows.num_rows, 0)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -179,6 +180,86 @@ class Not(Predicate):
 
     def fields(self) -> set[str]:
         return self.child.fields()
+
+
+class InRows(Predicate):
+    """True where a row's values of `rows`' columns equal those of some row of `rows` (a key set:
+    the ids a stream says to delete, say). Nulls never match, as with SQL's ``=``. Evaluated with
+    one hash lookup (one column) or one hash join (several) on the data; statistics prune by
+    each column's range of keys."""
+
+    def __init__(self, rows: pa.Table):
+        if rows.num_columns == 0:
+            raise ValueError("a key set needs at least one column")
+        self.rows = rows.combine_chunks()
+        self._ranges = {name: _min_max(self.rows.column(name)) for name in self.rows.column_names}
+        self._expression: pc.Expression | None = None
+
+    def fields(self) -> set[str]:
+        return set(self.rows.column_names)
+
+    def mask(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+        names = self.rows.column_names
+        if len(names) == 1:
+            column = table.column(names[0])
+            return pc.is_in(column, value_set=self.rows.column(0).cast(column.type), skip_nulls=True)
+        keys = self.rows.cast(pa.schema([table.schema.field(n) for n in names])).group_by(names).aggregate([])
+        probe = table.select(names).append_column("__row", pa.array(range(table.num_rows), pa.int64()))
+        hits = probe.join(keys, names, join_type="left semi", use_threads=False).column("__row")
+        selected = np.zeros(table.num_rows, dtype=bool)
+        selected[hits.to_numpy()] = True
+        return pa.array(selected)
+
+    def may_match(self, stats: StatsLookup) -> bool:
+        for name, (lo, hi) in self._ranges.items():
+            if lo is None:
+                return False  # every key is null there: nothing matches
+            s = stats(name)
+            if s is None or s.min is None or s.max is None:
+                continue
+            try:
+                if s.max < lo or s.min > hi:
+                    return False
+            except TypeError:
+                continue
+        return True
+
+    def to_arrow(self) -> pc.Expression:
+        if self._expression is None:
+            self._expression = _rows_expression(self.rows.schema, self.rows.to_pylist())
+        return self._expression
+
+
+def _min_max(column: pa.ChunkedArray | pa.Array) -> tuple[Any, Any]:
+    bounds = pc.min_max(column)
+    return bounds["min"].as_py(), bounds["max"].as_py()
+
+
+def _rows_expression(schema: pa.Schema, rows: list[dict[str, Any]]) -> pc.Expression:
+    """The exact expression of a key set: an `isin` on the last column, nested under equalities
+    of the first ones grouped by value (as many terms as distinct key prefixes)."""
+    first = schema.field(0)
+    if len(schema) == 1:
+        values = pa.array([r[first.name] for r in rows if r[first.name] is not None], first.type)
+        return pc.field(first.name).isin(values)
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row[first.name] is not None:
+            groups.setdefault(row[first.name], []).append(row)
+    rest = schema.remove(0)
+    terms = [(pc.field(first.name) == pa.scalar(value, first.type)) & _rows_expression(rest, group)
+             for value, group in groups.items()]
+    if not terms:
+        return pc.scalar(False)
+    expression = terms[0]
+    for term in terms[1:]:
+        expression = expression | term
+    return expression
+
+
+def in_rows(rows: pa.Table) -> Predicate:
+    """Rows whose values of `rows`' columns equal those of some row of `rows` (see InRows)."""
+    return InRows(rows)
 
 
 class Column:

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strata.spark.foreach_batch import batch_writer, upsert_batch
+from strata.spark.foreach_batch import batch_deleter, batch_writer, delete_batch, upsert_batch
 from strata.spark.source import StrataDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["BUCKET_COLUMN", "StrataDataSource", "batch_writer", "distribute_by_bucket", "register", "upsert_batch",
-           "write_table"]
+__all__ = ["BUCKET_COLUMN", "StrataDataSource", "batch_deleter", "batch_writer", "delete_batch", "distribute_by_bucket",
+           "register", "upsert_batch", "write_table"]
 
 BUCKET_COLUMN = "_strata_bucket"
 

@@ -18,6 +18,13 @@ table rows upsert by key; deletes come from a row-kind column (``row_kind_column
 +I/-U/+U/-D) or from a condition (``delete_when``: matching rows become -D). Columns that only
 drive the row kind are named in ``extra_columns`` and dropped before writing.
 
+Deletes: ``delete_batch`` / ``batch_deleter`` delete the table's rows whose key columns (``on``)
+equal a row of the batch, with the same exactly-once identity; on append tables with deletion
+vectors the rows are marked in place (``Table.delete_where``), nothing is rewritten.
+
+    deleter = batch_deleter("/warehouse#db.events", on=["id"], checkpoint_location=ck)
+    deletes.writeStream.foreachBatch(deleter).option("checkpointLocation", ck).start()
+
 One helper call writes one table per batch: two writes of one table in the same batch would
 share a commit identifier, and the second would be skipped as a replay.
 """
@@ -27,12 +34,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from strata.errors import OptionError
 from strata.spark.options import commit_user_for_checkpoint, normalize, table_ref
 from strata.spark.types import ROW_KIND_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+    from strata.table.table import Table
 
 BatchFunction = Callable[["DataFrame", int], None]
 
@@ -58,12 +69,7 @@ def upsert_batch(batch_df: DataFrame, batch_id: int, path: str, *, commit_user: 
 
     user = batch_commit_user(commit_user, checkpoint_location)
     table = table_ref(normalize({**options, "path": path})).load()
-    last = table.new_commit(user).last_committed_identifier()
-    if last is not None and batch_id < last:
-        raise OptionError(f"batch {batch_id} of commit user {user} is older than batch {last}, which is already "
-                          f"committed to {table.identifier}: the checkpoint was deleted or replaced. Use a new "
-                          "checkpoint location (or commit_user), or restore the checkpoint.")
-    if last == batch_id:
+    if already_committed(table, user, batch_id):
         return False
     rows = with_row_kinds(batch_df, row_kind_column, delete_when, extra_columns)
     if ROW_KIND_COLUMN in rows.columns and not table.schema.primary_keys:
@@ -71,6 +77,52 @@ def upsert_batch(batch_df: DataFrame, batch_id: int, path: str, *, commit_user: 
     write_table(rows, path, mode="append", num_partitions=num_partitions,
                 **{**options, "commit-user": user, "commit-identifier": str(batch_id)})
     return True
+
+
+def delete_batch(batch_df: DataFrame, batch_id: int, path: str, *, on: Sequence[str],
+                 commit_user: str | None = None, checkpoint_location: str | None = None, **options: str) -> bool:
+    """Delete, exactly once, the table's rows whose columns `on` equal those of a row of the
+    micro-batch (a stream of ids to delete, say). Append tables need deletion vectors: the rows
+    are marked in place, no file is rewritten; primary-key tables get -D records. The batch's
+    distinct keys are collected on the driver (one micro-batch's worth). False when the table
+    already holds this batch id for the commit user (a replay) and nothing was deleted."""
+    from strata.scan.predicate import in_rows
+
+    user = batch_commit_user(commit_user, checkpoint_location)
+    table = table_ref(normalize({**options, "path": path})).load()
+    missing = [c for c in on if c not in batch_df.columns]
+    unknown = [c for c in on if c not in table.schema.field_names]
+    if not on or missing or unknown:
+        raise OptionError(f"delete_batch needs key columns `on` that the batch and {table.identifier} both have; "
+                          f"missing in the batch: {missing}, unknown to the table: {unknown}")
+    if already_committed(table, user, batch_id):
+        return False
+    keys = batch_df.select(*on).distinct().toArrow()
+    target = pa.schema([table.schema.field(c).to_arrow().with_nullable(True) for c in on])
+    table.delete_where(in_rows(keys.cast(target)), commit_user=user, identifier=batch_id)
+    return True
+
+
+def already_committed(table: Table, commit_user: str, batch_id: int) -> bool:
+    """True if `batch_id` is the last batch `commit_user` committed (a replay to skip); an
+    older batch id means the query's checkpoint was lost or replaced, which is refused."""
+    last = table.new_commit(commit_user).last_committed_identifier()
+    if last is not None and batch_id < last:
+        raise OptionError(f"batch {batch_id} of commit user {commit_user} is older than batch {last}, which is "
+                          f"already committed to {table.identifier}: the checkpoint was deleted or replaced. Use a "
+                          "new checkpoint location (or commit_user), or restore the checkpoint.")
+    return last == batch_id
+
+
+def batch_deleter(path: str, *, on: Sequence[str], commit_user: str | None = None,
+                  checkpoint_location: str | None = None, **options: str) -> BatchFunction:
+    """A function for ``writeStream.foreachBatch`` that calls ``delete_batch`` with these settings."""
+    user = batch_commit_user(commit_user, checkpoint_location)  # fail now, not in the first batch
+
+    def delete(batch_df: DataFrame, batch_id: int) -> None:
+        delete_batch(batch_df, batch_id, path, on=on, commit_user=user, **options)
+
+    return delete
 
 
 def batch_writer(path: str, *, commit_user: str | None = None, checkpoint_location: str | None = None,

@@ -119,7 +119,8 @@ class Table:
         """Delete rows by primary key (the data must carry every column)."""
         return self.write(keys, row_kind="-D")
 
-    def delete_where(self, predicate: Predicate, commit_user: str | None = None) -> DeleteResult:
+    def delete_where(self, predicate: Predicate, commit_user: str | None = None,
+                     identifier: int | None = None) -> DeleteResult:
         """Delete the rows `predicate` selects (``strata.col(...)`` expressions), in one snapshot.
         Append tables need ``deletion-vectors.enabled``: the rows are marked in the deletion
         vectors of their files, nothing is rewritten (compaction drops them later); a concurrent
@@ -127,7 +128,7 @@ class Table:
         Primary-key tables delete the selected rows' keys (strata.operation.delete)."""
         from strata.operation.delete import delete_where
 
-        return delete_where(self, predicate, commit_user)
+        return delete_where(self, predicate, commit_user, identifier)
 
     def scan(self, filter: Predicate | None = None, snapshot_id: int | None = None,
              timestamp_millis: int | None = None, tag: str | None = None,
