@@ -18,17 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from strata.catalog import Catalog, FileSystemCatalog, Identifier, load_catalog
-    from strata.scan.predicate import col
+    from strata.scan.predicate import col, in_rows
     from strata.schema.evolution import Move, SchemaChange
     from strata.table.table import Table
 
 _EXPORTS = {
     "Catalog": "strata.catalog", "FileSystemCatalog": "strata.catalog", "Identifier": "strata.catalog",
-    "load_catalog": "strata.catalog", "col": "strata.scan.predicate", "Move": "strata.schema.evolution",
+    "load_catalog": "strata.catalog", "col": "strata.scan.predicate", "in_rows": "strata.scan.predicate",
+    "Move": "strata.schema.evolution",
     "SchemaChange": "strata.schema.evolution", "Table": "strata.table.table",
 }
 
-__all__ = ["Catalog", "FileSystemCatalog", "Identifier", "Move", "SchemaChange", "Table", "col", "load_catalog"]
+__all__ = ["Catalog", "FileSystemCatalog", "Identifier", "Move", "SchemaChange", "Table", "col", "in_rows",
+           "load_catalog"]
 
 
 def __getattr__(name: str) -> Any:
