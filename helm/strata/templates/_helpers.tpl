@@ -218,6 +218,7 @@ spec:
     spec:
       {{- include "strata.imagePullSecrets" $root | nindent 6 }}
       automountServiceAccountToken: false
+      {{- include "strata.podNetworking" $root | nindent 6 }}
       terminationGracePeriodSeconds: {{ $root.Values.strata.terminationGracePeriodSeconds }}
       securityContext:
         {{- toYaml $root.Values.strata.podSecurityContext | nindent 8 }}
@@ -304,4 +305,38 @@ storageClassName: {{ .storageClass | quote }}
 resources:
   requests:
     storage: {{ .size }}
+{{- end -}}
+
+{{/* Pod-level networking of every pod: host network and extra /etc/hosts entries */}}
+{{- define "strata.podNetworking" -}}
+{{- if .Values.hostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
+{{- with .Values.hostAliases }}
+hostAliases:
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* "<listenAddress>:<port>" (":<port>", all interfaces, when listenAddress is empty): dict "root" . "port" N */}}
+{{- define "strata.listen" -}}
+{{- printf "%s:%d" .root.Values.listenAddress (int .port) -}}
+{{- end -}}
+
+{{/* The host a process of a pod uses to reach a server of the same pod */}}
+{{- define "strata.localHost" -}}
+{{- default "localhost" .Values.listenAddress -}}
+{{- end -}}
+
+{{/*
+Update strategy of a Deployment whose pods may be replaced one by one: on the host network the
+new pod cannot start beside the old one (same node ports), so the old one goes first.
+*/}}
+{{- define "strata.rollingStrategy" -}}
+{{- if .Values.hostNetwork }}
+strategy:
+  type: RollingUpdate
+  rollingUpdate: {maxSurge: 0, maxUnavailable: 1}
+{{- end }}
 {{- end -}}
