@@ -10,6 +10,7 @@ driver SIGKILLed and restarted with remote executors, and distributed compaction
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -218,6 +219,20 @@ def start_driver(catalog_options: dict[str, str], checkpoints: Path, log: Path) 
     return Driver(process, started, lines)
 
 
+# a line that names an exception (not a stack frame): Spark logs the cause before its frames
+EXCEPTION_LINE = re.compile(r"(Exception|Error|Caused by|Lost task)\b")
+
+
+def driver_report(driver: Driver, log: Path, first: int = 12, tail: int = 1500) -> str:
+    """What a failed driver left: its exit code, stdout, the first lines of its log that name an
+    exception (the root cause; a stack trace's tail only shows frames) and the log's tail."""
+    text = log.read_text(errors="replace")
+    named = [line[:400] for line in text.splitlines()
+             if EXCEPTION_LINE.search(line) and not line.lstrip().startswith("at ")]
+    return (f"exit code {driver.process.poll()}, stdout {driver.lines}; log {log.name}, lines naming an "
+            f"exception:\n" + "\n".join(named[:first]) + f"\n... log tail:\n{text[-tail:]}")
+
+
 @pytest.fixture
 def drivers() -> Iterator[list[Driver]]:
     started: list[Driver] = []
@@ -234,23 +249,25 @@ def test_killed_driver_with_remote_executors_restarts_exactly_once(
         tmp_path: Path, drivers: list[Driver]) -> None:
     write_source(catalog)
     tables = create_tables(catalog)
-    checkpoints, log = tmp_path / "checkpoints", tmp_path / "driver.log"
+    checkpoints = tmp_path / "checkpoints"
     at_kills = []
-    for _kill in range(DRIVER_KILLS):
+    for kill in range(DRIVER_KILLS):
+        log = tmp_path / f"driver-{kill}.log"  # one log per driver: a failure shows its own
         driver = start_driver(catalog_options, checkpoints, log)
         drivers.append(driver)
-        assert driver.started.wait(240), f"driver never started; log: {log.read_text()[-3000:]}"
+        assert driver.started.wait(240), f"driver never started: {driver_report(driver, log)}"
         before = sum(t.snapshot_manager.latest_id() or 0 for t in tables.values())
         deadline = time.monotonic() + 240
         while sum(t.snapshot_manager.latest_id() or 0 for t in tables.values()) <= before:
-            assert driver.process.poll() is None, f"driver exited early; log: {log.read_text()[-3000:]}"
+            assert driver.process.poll() is None, f"driver exited early: {driver_report(driver, log)}"
             assert time.monotonic() < deadline, "no micro-batch committed within 240 s"
             time.sleep(0.05)
         kill_session(driver.process)
         at_kills.append({n: t.snapshot_manager.latest_id() or 0 for n, t in tables.items()})
+    log = tmp_path / "driver-final.log"
     final = start_driver(catalog_options, checkpoints, log)
     drivers.append(final)
-    assert final.process.wait(timeout=400) == 0, f"final run failed; log: {log.read_text()[-3000:]}"
+    assert final.process.wait(timeout=400) == 0, f"final run failed: {driver_report(final, log)}"
     print(f"\nsnapshots at the driver kills: {at_kills}")
     assert any(n < FILES for n in at_kills[-1].values()), "the last kill came after the last batch"
     assert_tables_equal_model(tables, checkpoints)
