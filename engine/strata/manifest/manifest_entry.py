@@ -33,8 +33,8 @@ class ManifestEntry:
     def identifier(self) -> Identifier:
         """The key that says two entries refer to the same file (``FileEntry.Identifier``)."""
         f = self.file
-        return (self.partition, self.bucket, f.level, f.file_name, tuple(f.extra_files),
-                f.embedded_index, f.external_path)
+        extra = tuple(f.extra_files) if f.extra_files else ()  # most files have none: no new tuple
+        return (self.partition, self.bucket, f.level, f.file_name, extra, f.embedded_index, f.external_path)
 
 
 def _describe(entry: ManifestEntry) -> str:

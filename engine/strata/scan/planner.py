@@ -12,6 +12,7 @@ from strata.deletionvectors import DeletionFile, deletion_files
 from strata.errors import SchemaMismatchError, SnapshotNotFoundError
 from strata.format import binary_row
 from strata.format.bucket import bucket_ids
+from strata.manifest.codec import gc_paused
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, live_files, merge_entries
 from strata.manifest.manifest_file_meta import ManifestFileMeta
@@ -137,10 +138,11 @@ class TableScan:
     def plan(self) -> Plan:
         started = time.monotonic()
         snapshot = self.snapshot()
-        entries = self.plan_entries(snapshot)
-        if self._skips_level0():
-            entries = [e for e in entries if e.file.level > 0]
-        splits = self._splits(snapshot.id if snapshot else 0, entries)
+        with gc_paused():  # every entry outlives the decode: a GC pass would only re-scan them
+            entries = self.plan_entries(snapshot)
+            if self._skips_level0():
+                entries = [e for e in entries if e.file.level > 0]
+            splits = self._splits(snapshot.id if snapshot else 0, entries)
         if self.deletion_vectors and snapshot is not None:
             self._attach_deletion_files(snapshot, splits)
         plan = Plan(snapshot, splits, self.stats)
