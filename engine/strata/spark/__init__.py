@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strata.spark.foreach_batch import batch_deleter, batch_writer, delete_batch, upsert_batch
+from strata.spark.registration import register_data_source
 from strata.spark.source import StrataDataSource
 
 if TYPE_CHECKING:
@@ -29,36 +30,9 @@ BUCKET_COLUMN = "_strata_bucket"
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("strata")`` available in this session.
-
-    As ``spark.dataSource.register``, but the data source's environment map is a JVM
-    ConcurrentHashMap instead of a HashMap. Spark (seen in 4.3) shares that one map among all
-    queries of the source, and each streaming read's source runner adds keys to it in place when
-    its query starts: queries starting together raced on the HashMap and could corrupt it (its
-    size no longer matched its entries), and from then on every task of the source failed to
-    deserialize on the executors (java.io.OptionalDataException in HashMap.readObject).
-    """
-    jvm = _classic_jvm(spark)
-    if jvm is None:  # Spark Connect: the server registers it, its JVM is out of reach
-        spark.dataSource.register(StrataDataSource)
-        return
-    from pyspark.core.rdd import _prepare_for_python_RDD
-
-    sc = spark.sparkContext
-    pickled, broadcasts, env, includes = _prepare_for_python_RDD(sc, StrataDataSource)
-    safe_env = jvm.java.util.concurrent.ConcurrentHashMap()
-    for key, value in env.items():
-        safe_env.put(key, value)
-    function = jvm.org.apache.spark.api.python.SimplePythonFunction(
-        bytearray(pickled), safe_env, includes, sc.pythonExec, sc.pythonVer, broadcasts, sc._javaAccumulator)
-    source = jvm.org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource(function)
-    spark._jsparkSession.dataSource().registerPython(StrataDataSource.name(), source)
-
-
-def _classic_jvm(spark: SparkSession) -> Any:
-    """The py4j JVM view of a classic (non-Connect) session, else None."""
-    jvm = getattr(spark, "_jvm", None)
-    return jvm if jvm is not None and getattr(spark, "_jsparkSession", None) is not None else None
+    """Make ``format("strata")`` available in this session (with ``register_data_source``: its
+    streaming queries may start together)."""
+    register_data_source(spark, StrataDataSource)
 
 
 def distribute_by_bucket(df: DataFrame, path: str | None = None, num_partitions: int | None = None,

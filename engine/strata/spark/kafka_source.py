@@ -48,8 +48,11 @@ Offsets = dict[str, dict[str, int]]
 
 
 def register_kafka(spark: Any) -> None:
-    """Make ``format("strata-kafka")`` available in this session."""
-    spark.dataSource.register(KafkaDataSource)
+    """Make ``format("strata-kafka")`` available in this session (its streaming queries may
+    start together: see ``strata.spark.registration``)."""
+    from strata.spark.registration import register_data_source
+
+    register_data_source(spark, KafkaDataSource)
 
 
 def consumer_config(settings: Mapping[str, str]) -> dict[str, Any]:
