@@ -330,13 +330,14 @@ hostAliases:
 {{- end -}}
 
 {{/*
-Update strategy of a Deployment whose pods may be replaced one by one: on the host network the
-new pod cannot start beside the old one (same node ports), so the old one goes first.
+Update strategy of the Deployments that otherwise roll (Trino, Grafana, the Iceberg REST catalog).
+On the host network a new pod cannot start beside the old one (same node ports), so the old one
+goes first. Recreate rather than maxSurge 0 / maxUnavailable 1: with the latter one replica may be
+unavailable, and `helm install --wait` would not wait for the pod at all.
 */}}
 {{- define "strata.rollingStrategy" -}}
 {{- if .Values.hostNetwork }}
 strategy:
-  type: RollingUpdate
-  rollingUpdate: {maxSurge: 0, maxUnavailable: 1}
+  type: Recreate
 {{- end }}
 {{- end -}}

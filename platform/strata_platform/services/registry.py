@@ -18,6 +18,7 @@ SERVICES: dict[str, str] = {
     "spark_cluster": "strata_platform.services.spark_cluster:SparkClusterService",
     "docker": "strata_platform.services.docker:DockerService",
     "paimon_java": "strata_platform.services.paimon_java:PaimonJavaService",
+    "kubernetes": "strata_platform.services.kubernetes:KubernetesService",
 }
 
 
