@@ -15,7 +15,9 @@ What makes it fit a machine without a pod network or an image registry:
   image store under the cache (imports survive restarts); ``restrict_oom_score_adj`` is on (a
   negative oom_score_adj is not permitted here and runc fails without it);
 * the kubelet uses cgroupfs without QoS cgroups and tolerates cgroup v1 and swap; image garbage
-  collection is off (a removed image cannot be pulled again);
+  collection is off (a removed image cannot be pulled again). It refuses a loopback node IP and
+  then publishes no address, so the service records 127.0.0.1 as the node's InternalIP: the API
+  server reaches the kubelet there (logs, exec) and host-network pods get it as their IP;
 * storage: PersistentVolumes of ``hostPath`` directories under the state dir (mode 0777: fsGroup
   does not apply to hostPath), with no StorageClass, so claims without a class bind to them.
 
@@ -387,8 +389,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                     self._remove_leftover_pods()
                     self.import_image_archive(pause_image_archive(), [PAUSE_IMAGE])
             self._wait("node registered", lambda: self.api_ok(f"/api/v1/nodes/{NODE_NAME}"))
-            self._set_node_address()
-            self._wait("node Ready", self.is_ready)
+            self._wait("node Ready at 127.0.0.1", self._ready_with_address)
             self._create_volumes()
         except BaseException:
             self.stop()
@@ -438,6 +439,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
         addresses = [a["address"] for a in node.get("status", {}).get("addresses", [])]
         return conditions.get("Ready") == "True" and addresses == [HOST]
+
+    def _ready_with_address(self) -> bool:
+        if not self.is_ready():
+            self._set_node_address()  # (again, should a status update of the kubelet have raced ours)
+            return False
+        return True
 
     def _set_node_address(self) -> None:
         """Record 127.0.0.1 as the node's address. The kubelet refuses a loopback node IP and then
