@@ -42,3 +42,18 @@ def test_run_keeps_a_running_service_and_passes_the_exit_code(prometheus: Servic
 def test_run_without_a_command_is_refused() -> None:
     proc = _run("run", "prometheus")
     assert proc.returncode == 2 and "needs a command after --" in proc.stderr
+
+
+@pytest.mark.k8s
+def test_install_runs_the_long_builds_beside_the_others_and_reports_each() -> None:
+    # both are installed by now (make test installs every service first): the cached path, in parallel
+    proc = _run("install", "kubernetes", "prometheus")
+    assert proc.returncode == 0, proc.stderr
+    installed = sorted(line.split()[0] for line in proc.stdout.splitlines() if " installed (" in line)
+    assert installed == ["kubernetes", "prometheus"]
+
+
+def test_install_of_an_unknown_service_names_it() -> None:
+    proc = _run("install", "prometheus", "no-such-service")
+    assert proc.returncode == 2 and "unknown service(s) no-such-service; known: minio" in proc.stderr
+    assert " installed (" not in proc.stdout  # refused before anything is installed

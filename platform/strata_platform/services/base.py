@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
 import urllib.request
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,12 +217,43 @@ def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+def go_binary(building: str) -> str:
+    """The Go toolchain that builds `building` (MinIO, Helm, Kubernetes) from the Go module proxy."""
+    found = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if found is None:
+        raise ServiceError(f"{building}: the Go toolchain (go) is needed to build it and was not found")
+    return found
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (created if missing): concurrent installers wait, not collide."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _missing_packages(packages: tuple[str, ...]) -> list[str]:
+    return [p for p in packages
+            if subprocess.run(["dpkg", "-s", p], capture_output=True, check=False).returncode != 0]
+
+
 def apt_install(*packages: str) -> None:
-    """Install Debian packages if missing (we run as root on the project's machines)."""
-    missing = [p for p in packages
-               if subprocess.run(["dpkg", "-s", p], capture_output=True, check=False).returncode != 0]
-    if not missing:
+    """Install Debian packages if missing (we run as root on the project's machines). Services that
+    install in parallel take turns: apt's own locks do not cover the update stamp."""
+    if not _missing_packages(packages):
         return
+    with file_lock(CACHE_DIR / "apt.lock"):
+        missing = _missing_packages(packages)
+        if missing:
+            _apt_get_install(missing)
+
+
+def _apt_get_install(missing: list[str]) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     stamp = CACHE_DIR / "apt-updated"
     if not stamp.exists() or time.time() - stamp.stat().st_mtime > 6 * 3600:

@@ -10,6 +10,7 @@ import argparse
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from strata_platform.services import registry
 
@@ -24,20 +25,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["install", "up", "down", "check", "status", "env", "run"])
     parser.add_argument("names", nargs="*", help="services (default: all)")
     args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in registry.SERVICES]
+    if unknown:
+        parser.error(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(registry.SERVICES)}")
     if args.action == "run":
         if not command:
             parser.error("run needs a command after --")
         return run_with(args.names, command)
     names = args.names or list(registry.SERVICES)
+    if args.action == "install":
+        install(names)
+        return 0
     failed = False
     if args.action == "down":
         names = list(reversed(names))
     for name in names:
         service = registry.get(name)
-        if args.action == "install":
-            service.install()
-            print(f"{name:<11} installed ({service.version()})", flush=True)
-        elif args.action == "up":
+        if args.action == "up":
             seconds = service.start()
             print(f"{name:<11} up in {seconds:.1f}s", flush=True)
         elif args.action == "down":
@@ -55,6 +59,29 @@ def main(argv: list[str] | None = None) -> int:
             print(result.line(), flush=True)
             failed |= not result.ok
     return 1 if failed else 0
+
+
+# installs that are long builds on a cold machine (minutes of CPU at the lowest priority): they run
+# beside the others, which mostly download
+BACKGROUND_INSTALLS = ("kubernetes",)
+
+
+def install(names: list[str]) -> None:
+    """Install each service (cached); the long builds overlap the downloads of the rest."""
+    background = [n for n in names if n in BACKGROUND_INSTALLS and len(names) > 1]
+    with ThreadPoolExecutor(max_workers=max(1, len(background))) as pool:
+        builds = {name: pool.submit(_install_one, name) for name in background}
+        for name in names:
+            if name not in builds:
+                _install_one(name)
+        for future in builds.values():
+            future.result()
+
+
+def _install_one(name: str) -> None:
+    service = registry.get(name)
+    service.install()
+    print(f"{name:<11} installed ({service.version()})", flush=True)
 
 
 def run_with(names: list[str], command: list[str]) -> int:

@@ -17,7 +17,6 @@ Layout:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import http.client
 import json
@@ -30,7 +29,6 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from strata_platform.services.base import (
@@ -40,6 +38,7 @@ from strata_platform.services.base import (
     Service,
     ServiceError,
     apt_install,
+    file_lock,
     run,
     terminate_group,
 )
@@ -254,16 +253,9 @@ def build_rootfs_tarball(dest: Path) -> Path:
     return dest
 
 
-@contextlib.contextmanager
-def _cache_lock(name: str) -> Iterator[None]:
+def _cache_lock(name: str) -> contextlib.AbstractContextManager[None]:
     """An exclusive lock file under the docker cache (concurrent builders wait, not collide)."""
-    DOCKER_CACHE.mkdir(parents=True, exist_ok=True)
-    with open(DOCKER_CACHE / f"{name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return file_lock(DOCKER_CACHE / f"{name}.lock")
 
 
 def image_exists(image: str = BASE_IMAGE) -> bool:

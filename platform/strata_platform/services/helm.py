@@ -9,27 +9,19 @@ The module and build caches are removed after a successful build: the binary is 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from strata_platform.services.base import CACHE_DIR, ServiceError, run
+from strata_platform.services.base import CACHE_DIR, ServiceError, file_lock, go_binary, run
 
 MODULE = "helm.sh/helm/v3"
 PINNED_VERSION = "v3.21.4"
 HELM_DIR = CACHE_DIR / "helm"
 BINARY = HELM_DIR / "bin" / "helm"
 STAMP = HELM_DIR / "bin" / "helm.version"
-
-
-def _go() -> str:
-    found = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if found is None:
-        raise ServiceError("helm: the Go toolchain (go) is needed to build Helm and was not found")
-    return found
 
 
 def installed() -> bool:
@@ -41,8 +33,7 @@ def helm_binary() -> Path:
     if installed():
         return BINARY
     HELM_DIR.mkdir(parents=True, exist_ok=True)
-    with open(HELM_DIR / "install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(HELM_DIR / "install.lock"):
         if installed():
             return BINARY
         gopath = HELM_DIR / "gopath"
@@ -58,7 +49,7 @@ def helm_binary() -> Path:
         }
         ldflags = f"-s -w -X {MODULE}/internal/version.version={PINNED_VERSION}"
         STAMP.unlink(missing_ok=True)
-        run([_go(), "install", "-trimpath", f"-ldflags={ldflags}", f"{MODULE}/cmd/helm@{PINNED_VERSION}"],
+        run([go_binary("helm"), "install", "-trimpath", f"-ldflags={ldflags}", f"{MODULE}/cmd/helm@{PINNED_VERSION}"],
             env=env, cwd=str(HELM_DIR), timeout=1800)
         if not BINARY.is_file():
             raise ServiceError(f"helm: go install finished but {BINARY} is missing")

@@ -13,7 +13,6 @@ the binaries are the cache.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -22,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from strata_platform.services.base import CACHE_DIR, ServiceError, run
+from strata_platform.services.base import CACHE_DIR, ServiceError, file_lock, go_binary, run
 
 K8S_VERSION = "v1.34.3"
 STAGING_VERSION = "v0.34.3"  # every k8s.io staging module is tagged v0.X.Y for Kubernetes v1.X.Y
@@ -67,13 +66,6 @@ func main() {
 \t}
 }
 """
-
-
-def go_binary() -> str:
-    found = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if found is None:
-        raise ServiceError("kubernetes: the Go toolchain (go) is needed to build Kubernetes and was not found")
-    return found
 
 
 def installed() -> bool:
@@ -121,7 +113,7 @@ def _write_wrapper(work: Path, env: dict[str, str]) -> Path:
     shutil.rmtree(src, ignore_errors=True)
     (src / "deps").mkdir(parents=True)
     (src / "pause").mkdir()
-    info = json.loads(run([go_binary(), "mod", "download", "-json", f"k8s.io/kubernetes@{K8S_VERSION}"],
+    info = json.loads(run([go_binary("kubernetes"), "mod", "download", "-json", f"k8s.io/kubernetes@{K8S_VERSION}"],
                           env=env, cwd=str(work), timeout=1800).stdout)
     staging = staging_modules(Path(info["GoMod"]).read_text())
     if not staging:
@@ -144,21 +136,20 @@ def ensure_built() -> Path:
     if installed():
         return BIN_DIR
     K8S_DIR.mkdir(parents=True, exist_ok=True)
-    with open(K8S_DIR / "install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(K8S_DIR / "install.lock"):
         if installed():
             return BIN_DIR
         work = K8S_DIR / "build"
         work.mkdir(exist_ok=True)
         env = _go_env(work)
         src = _write_wrapper(work, env)
-        run([go_binary(), "mod", "tidy"], env=env, cwd=str(src), timeout=1800)
+        run([go_binary("kubernetes"), "mod", "tidy"], env=env, cwd=str(src), timeout=1800)
         STAMP.unlink(missing_ok=True)
         BIN_DIR.mkdir(exist_ok=True)
         packages = [package for package, _ in COMPONENTS.values()]
         # nice: the build takes every core for minutes; whatever else runs keeps priority
-        run(["nice", "-n", "19", go_binary(), "build", "-trimpath", f"-ldflags={_ldflags()}", "-o", str(BIN_DIR),
-             *packages, "./pause"], env=env, cwd=str(src), timeout=3600)
+        run(["nice", "-n", "19", go_binary("kubernetes"), "build", "-trimpath", f"-ldflags={_ldflags()}",
+             "-o", str(BIN_DIR), *packages, "./pause"], env=env, cwd=str(src), timeout=3600)
         missing = [name for name in BINARIES if not (BIN_DIR / name).is_file()]
         if missing:
             raise ServiceError(f"kubernetes: go build finished but {missing} are missing from {BIN_DIR}")

@@ -9,14 +9,12 @@ bug fixes (one of them for conditional PUT read quorum). ``version()`` reports i
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
-from strata_platform.services.base import HOST, Service, ServiceError, http_ok, run
+from strata_platform.services.base import HOST, Service, ServiceError, file_lock, go_binary, http_ok, run
 
 MODULE = "github.com/minio/minio"
 # Pseudo-version of commit 7aac2a2c5b7c (minio/minio master, 2026-02-12T20:18:48Z).
@@ -52,13 +50,10 @@ class MinioService(Service):
     def install(self) -> None:
         if self._installed():
             return
-        go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-        if go is None:
-            raise ServiceError("minio: the Go toolchain (go) is needed to build MinIO and was not found")
+        go = go_binary("minio")
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         # One build at a time, even if two processes ask for MinIO at once.
-        with open(self.cache_dir / "install.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with file_lock(self.cache_dir / "install.lock"):
             if self._installed():
                 return
             gopath = self.cache_dir / "gopath"

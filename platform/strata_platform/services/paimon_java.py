@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
-import fcntl
 import hashlib
 import json
 import os
@@ -29,7 +28,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from strata_platform.services.base import CACHE_DIR, REPO_ROOT, Service, ServiceError, apt_install, run
+from strata_platform.services.base import CACHE_DIR, REPO_ROOT, Service, ServiceError, apt_install, file_lock, run
 from strata_platform.services.spark import _java_major, java_binary, java_version
 
 if TYPE_CHECKING:
@@ -78,7 +77,7 @@ def build() -> Path:
     if done.exists():
         return jar_path()
     BUILDS.mkdir(parents=True, exist_ok=True)
-    with _locked(BUILDS / ".lock"):
+    with file_lock(BUILDS / ".lock"):
         if done.exists():  # another process built it while we waited
             return jar_path()
         if _java_major(java_version()) < 17:
@@ -99,16 +98,6 @@ def build() -> Path:
         done.touch()
         _prune_old_builds(keep=work)
     return jar_path()
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _prune_old_builds(keep: Path) -> None:
