@@ -56,6 +56,11 @@ class BucketDeletionVectors:
         vector = self.vectors.get(data_file)
         return vector is not None and len(vector) > 0
 
+    def deleted_count(self, data_file: str) -> int:
+        """How many rows of the data file its vector marks (0: none)."""
+        vector = self.vectors.get(data_file)
+        return 0 if vector is None else len(vector)
+
     def mark(self, data_file: str, positions: np.ndarray) -> None:
         if len(positions) == 0:
             return

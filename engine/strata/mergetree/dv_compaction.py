@@ -20,7 +20,8 @@ only the rows it supersedes are marked.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -41,8 +42,9 @@ from strata.schema.table_schema import SEQUENCE_NUMBER
 
 _FILE = "__strata_dv_file"
 # reads a data file with each row's position (ROW_POSITION), without its deleted rows; only the
-# given file-layout columns (None: all of them)
-PositionedReader = Callable[[DataFileMeta, Sequence[str] | None], Iterator[pa.Table]]
+# given file-layout columns (None: all of them); keyword `deleted`: these positions instead of the
+# file's vector
+PositionedReader = Callable[..., Iterator[pa.Table]]
 KEY_CACHE_ROWS = 16 << 20  # keys of a bucket's files kept in memory (int64 each, positions when some are dead)
 
 
@@ -74,6 +76,8 @@ class DeletionVectorCompaction:
         # a lookup matches, one integer-like key column only
         self._keys: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
         self._cached_rows = 0
+        # a purge runs in the background while the writer flushes (and caches the flushed keys)
+        self._cache_lock = threading.Lock()
         # level-0 files this writer just flushed, by name: their rows, so that the compaction of
         # the same commit (which moves them up) does not decode them again
         self._flushed: dict[str, pa.Table] = {}
@@ -95,7 +99,9 @@ class DeletionVectorCompaction:
         return list(self.read(f))
 
     def run(self, unit: CompactUnit) -> CompactResult:
-        if not any(f.level == 0 for f in unit.files) or (not unit.others and self.lookup is None):
+        if unit.purge:
+            result = self._purge(unit)
+        elif not any(f.level == 0 for f in unit.files) or (not unit.others and self.lookup is None):
             result = self._rewrite(unit)
         elif self._upgradable(unit):
             result = self._upgrade(unit)
@@ -127,6 +133,69 @@ class DeletionVectorCompaction:
             self._remember([f], new)  # its keys, for the lookups of the next commits
         self._mark_superseded(unit, unique_keys(new, self.key_names))
         return CompactResult([f], [dataclasses.replace(f, level=unit.output_level)], [])
+
+    def _purge(self, unit: CompactUnit) -> CompactResult:
+        """Rewrite each file of the unit alone at its level, without the rows its vector marks
+        (and without retractions): its live keys are live in no other file, so nothing merges,
+        and the level keeps its files' key ranges disjoint. A file left without rows is dropped."""
+        before, after = [], []
+        for f in unit.files:
+            rows = drop_retractions(_concat(list(self.read(f)), self._empty()))
+            written = self.writer.write(rows, level=f.level, file_source=FILE_SOURCE_COMPACT) \
+                if rows.num_rows else []
+            self.vectors.remove(f.file_name)
+            self._remember(written, rows)
+            before.append(f)
+            after.extend(written)
+        return CompactResult(before, after, [])
+
+    # -- background purges --------------------------------------------------------------------
+    def snapshot(self, unit: CompactUnit) -> dict[str, np.ndarray | None]:
+        """The positions each file of a purge unit has marked now (taken while no compaction runs)."""
+        return {f.file_name: self.vectors.positions_of(f.file_name) for f in unit.files}
+
+    def purge_in_background(self, unit: CompactUnit, marked: dict[str, np.ndarray | None]) -> list[Purged]:
+        """Rewrite each file of `unit` without the rows `marked` (its vector when the purge
+        started) while the writer goes on: touches neither the vectors nor the key cache; the
+        writer applies the result (apply_purge) once no compaction runs."""
+        purged = []
+        for f in unit.files:
+            rows = _concat(list(self.read_positioned(f, None, deleted=marked[f.file_name])),
+                           self._empty().append_column(ROW_POSITION, pa.array([], pa.int64())))
+            rows = drop_retractions(rows)
+            kept = rows.column(ROW_POSITION).to_numpy()
+            rows = rows.drop_columns([ROW_POSITION])
+            written = self.writer.write(rows, level=f.level, file_source=FILE_SOURCE_COMPACT) \
+                if rows.num_rows else []
+            purged.append(Purged(f, written, kept, marked[f.file_name]))
+        return purged
+
+    def apply_purge(self, purged: list[Purged], live: set[str],
+                    delete: Callable[[DataFileMeta], None]) -> CompactResult:
+        """Replace each purged file by its rewrite. Rows marked since the purge started move to
+        the rewrite's vector (a rewrite row is the purged file's kept[i]); a file some compaction
+        rewrote meanwhile (not in `live`) keeps that rewrite: the purge's output is deleted."""
+        before, after = [], []
+        for p in purged:
+            name = p.file.file_name
+            if name not in live:
+                for f in p.written:
+                    delete(f)
+                continue
+            now = self.vectors.positions_of(name)
+            since = now if now is None or p.marked is None else np.setdiff1d(now, p.marked, assume_unique=True)
+            self.vectors.remove(name)
+            self._forget(name)
+            if since is not None and len(since):
+                at = np.searchsorted(p.kept, since)  # marked since: live when the purge read them
+                start = 0
+                for f in p.written:
+                    local = at[(at >= start) & (at < start + f.row_count)] - start
+                    self.vectors.mark(f.file_name, local)
+                    start += f.row_count
+            before.append(p.file)
+            after.extend(p.written)
+        return CompactResult(before, after, [])
 
     def _rewrite(self, unit: CompactUnit) -> CompactResult:
         """Runs whose keys are each live once (or a unit with no run outside it): a plain merge of
@@ -218,13 +287,18 @@ class DeletionVectorCompaction:
     def _cache(self, name: str, codes: np.ndarray,
                positions: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
         entry = (codes, positions)
-        if self._cached_rows + len(codes) <= KEY_CACHE_ROWS:
-            self._forget(name)
-            self._keys[name] = entry
-            self._cached_rows += len(codes)
+        with self._cache_lock:
+            if self._cached_rows + len(codes) <= KEY_CACHE_ROWS:
+                self._forget_locked(name)
+                self._keys[name] = entry
+                self._cached_rows += len(codes)
         return entry
 
     def _forget(self, name: str) -> None:
+        with self._cache_lock:
+            self._forget_locked(name)
+
+    def _forget_locked(self, name: str) -> None:
         entry = self._keys.pop(name, None)
         if entry is not None:
             self._cached_rows -= len(entry[0])
@@ -310,6 +384,16 @@ class DeletionVectorCompaction:
         if changes is None:
             return []
         return self.changelog_writer.write(changes, level=level, file_source=FILE_SOURCE_COMPACT)
+
+
+@dataclasses.dataclass
+class Purged:
+    """A file a background purge rewrote: its rewrite, and which of its rows the rewrite holds."""
+
+    file: DataFileMeta
+    written: list[DataFileMeta]
+    kept: np.ndarray  # the purged file's positions of the rewrite's rows, ascending
+    marked: np.ndarray | None  # the positions its vector marked when the purge started
 
 
 def _sorted_codes(keys: pa.Table, key_names: list[str]) -> np.ndarray | None:

@@ -4,6 +4,7 @@ for append tables. Both buffer rows in memory and flush them to level-0 files.""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +17,7 @@ from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.compact.manager import CompactManager
 from strata.mergetree.compact.task import ChangelogOutput, CompactResult, FileReader, run_compaction
 from strata.mergetree.compact.universal import CompactUnit
-from strata.mergetree.dv_compaction import DeletionVectorCompaction, PositionedReader
+from strata.mergetree.dv_compaction import DeletionVectorCompaction, PositionedReader, Purged
 from strata.mergetree.lookup import LevelLookup
 from strata.mergetree.merge_function import DeduplicateMerge, FirstRowMerge, MergeFunction
 from strata.mergetree.sorting import group_ends, sort_by_key
@@ -113,6 +114,9 @@ class CompactionContext:
     # merge-on-write tables: the bucket's deletion vectors (level 0 also moves up at every commit)
     deletion_vectors: BucketDeletionVectors | None = None
     read_positioned: PositionedReader | None = None  # reads a file with each row's position
+    # merge-on-write: a file whose vector marks more than this share of its rows is rewritten
+    # without them, in the background between commits (compaction.delete-ratio-threshold)
+    delete_ratio_threshold: float | None = None
 
 
 class KeyValueBucketWriter(BucketWriter):
@@ -138,11 +142,15 @@ class KeyValueBucketWriter(BucketWriter):
             if compaction.deletion_vectors is not None:
                 manager.drop_delete_always = True
                 manager.has_deletions = compaction.deletion_vectors.has_deletions
+                manager.deleted_rows = compaction.deletion_vectors.deleted_count
+                manager.delete_ratio = compaction.delete_ratio_threshold
+                manager.strategy.deleted_rows = compaction.deletion_vectors.deleted_count
             if manager.force_level0_up:
                 self.lookup = LevelLookup(compaction.read, self.key_names, schema.field_names, merge_function,
                                           manager.levels.key_order, compaction.row_deduplicate,
                                           insert_only=isinstance(merge_function, FirstRowMerge))
         self.dv_compaction: DeletionVectorCompaction | None = None
+        self.purge: Future[list[Purged]] | None = None  # a background purge (see _start_purge)
         if compaction.deletion_vectors is not None:
             assert compaction.read_positioned is not None
             lookup = self.lookup if compaction.changelog_producer == "lookup" else None
@@ -193,6 +201,8 @@ class KeyValueBucketWriter(BucketWriter):
         message = self._prepare_commit(wait_compaction)
         if self.compaction.deletion_vectors is not None:
             message.compact_index_changes = self.compaction.deletion_vectors.prepare_commit()
+            if not wait_compaction:
+                self._start_purge()
         return message
 
     def _prepare_commit(self, wait_compaction: bool) -> CommitMessage:
@@ -200,6 +210,11 @@ class KeyValueBucketWriter(BucketWriter):
         if manager is not None and manager.force_level0_up:
             self.flush()
             self._push_level0_up()
+            if self.dv_compaction is not None:
+                self._finish_purge(blocking=wait_compaction)
+                if wait_compaction:  # the end of the input: what is left above the threshold, now
+                    manager.submit(manager.purge_unit())
+                    self._collect_compaction(blocking=True)
         elif manager is not None and wait_compaction:
             # Paimon's flushWriteBuffer(waitForLatestCompaction): collect the running compaction,
             # then pick again on the bucket as it now is (its newest run included), and wait for
@@ -220,6 +235,36 @@ class KeyValueBucketWriter(BucketWriter):
             if not manager.running:
                 return
             self._collect_compaction(blocking=True)
+
+    # -- purges of deleted rows (merge-on-write) ---------------------------------------------------
+    def _start_purge(self) -> None:
+        """Rewrite the files whose vectors mark more than compaction.delete-ratio-threshold of
+        their rows without those rows, in the background: commits do not wait for it (level-0
+        compactions go on marking rows meanwhile); a later commit applies it (_finish_purge).
+        Called when no compaction runs, so the vectors it starts from are stable."""
+        manager = self.compaction.manager
+        if self.purge is not None or manager is None or self.dv_compaction is None or manager.running:
+            return
+        unit = manager.purge_unit()
+        if unit is None:
+            return
+        marked = self.dv_compaction.snapshot(unit)
+        self.purge = manager.purge_executor.submit(self.dv_compaction.purge_in_background, unit, marked)
+
+    def _finish_purge(self, blocking: bool) -> None:
+        """Apply a finished background purge (no compaction may run: it moves marks made since
+        the purge started to the rewritten files); `blocking`: wait for a running one."""
+        manager = self.compaction.manager
+        if self.purge is None or manager is None or self.dv_compaction is None \
+                or (not blocking and not self.purge.done()):
+            return
+        future, self.purge = self.purge, None
+        live = {f.file_name for f in manager.levels.all_files()}
+        bucket_dir = self.file_writer.bucket_dir
+        result = self.dv_compaction.apply_purge(
+            future.result(), live, lambda f: self.file_writer.file_io.delete(f"{bucket_dir}/{f.file_name}"))
+        manager.levels.update(result.before, result.after)
+        self._absorb(result)
 
     # -- compaction ------------------------------------------------------------------------------
     def _run_unit(self, unit: CompactUnit, drop_delete: bool) -> CompactResult:
@@ -324,6 +369,8 @@ class KeyValueBucketWriter(BucketWriter):
         manager = self.compaction.manager
         if manager is not None and manager.future is not None:
             manager.future.cancel()
+        if self.purge is not None:
+            self.purge.cancel()
 
 
 def _latest_wins(merge_function: MergeFunction) -> bool:

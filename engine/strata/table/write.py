@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +40,19 @@ if TYPE_CHECKING:
     from strata.log.kafka import LogWriter
     from strata.table.table import Table
 
+_VECTOR = object()  # a reader's `deleted` default: the positions the file's vector marks now
+PURGE_NICENESS = 10  # added to the purge thread's nice value: purges take the CPU commits leave
+
+
+def _background_priority() -> None:
+    """Lower the calling thread's CPU priority (Linux: a thread's id is a process id to
+    setpriority); elsewhere, or when refused, the thread keeps its priority."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + PURGE_NICENESS)
+    except (AttributeError, OSError):
+        pass
+
 
 class TableWrite:
     """Accepts Arrow/pandas data for one table; `prepare_commit` returns the commit messages."""
@@ -69,6 +83,7 @@ class TableWrite:
         self.full_compaction_every = int(full_every) if full_every is not None else None
         self.commits_prepared = 0
         self._executor: ThreadPoolExecutor | None = None
+        self._purge_executor: ThreadPoolExecutor | None = None  # deletion-vector purges, one at a time
         self.merge_function = merge_function_for(self.schema.options, self.schema) if self.schema.primary_keys else None
         level = self.core.get("file.compression.zstd-level")
         compression = str(self.core.get("file.compression"))
@@ -191,7 +206,8 @@ class TableWrite:
                     DataFileWriter(self.table.file_io, self.paths, bucket_dir, self.config, name_prefix="changelog"),
                     bool(self.core.get("changelog-producer.row-deduplicate")),
                     compact_level0_at_commit=self.core.merge_engine == "first-row", deletion_vectors=vectors,
-                    read_positioned=self._file_reader(bucket_dir, vectors, positions=True) if vectors else None)
+                    read_positioned=self._file_reader(bucket_dir, vectors, positions=True) if vectors else None,
+                    delete_ratio_threshold=float(self.core.get("compaction.delete-ratio-threshold")))
                 writer = KeyValueBucketWriter(self.schema, partition, bucket, total, file_writer,
                                               next_seq, self.merge_function, context)
             else:
@@ -217,19 +233,26 @@ class TableWrite:
         levels = Levels(self.core.num_levels, key_decoder(self.schema), restored)
         strategy = UniversalCompaction(int(self.core.get("compaction.max-size-amplification-percent")),
                                        int(self.core.get("compaction.size-ratio")), self.core.compaction_trigger)
+        if self._purge_executor is None and self.core.get("deletion-vectors.enabled"):
+            # one thread for the whole writer: purges use spare CPU, never all of it
+            self._purge_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-purge",
+                                                      initializer=_background_priority)
         return CompactManager(levels, strategy, self._executor, lambda unit, drop: None,  # type: ignore[arg-type,return-value]
-                              self.core.stop_trigger, table=self.write_metrics.table)
+                              self.core.stop_trigger, table=self.write_metrics.table,
+                              purge_executor=self._purge_executor)
 
     def _file_reader(self, bucket_dir: str, vectors: BucketDeletionVectors | None = None, positions: bool = False):
         """Reads a data file of the bucket in file layout; with `vectors`, without its deleted rows."""
         file_names = self.schema.file_arrow_schema().names
 
-        def read(f: DataFileMeta, columns: Sequence[str] | None = None):
-            """`columns`: only these file-layout columns (None: all of them)."""
+        def read(f: DataFileMeta, columns: Sequence[str] | None = None, deleted: Any = _VECTOR):
+            """`columns`: only these file-layout columns (None: all of them); `deleted`: the
+            positions left out (default: those the file's vector marks now)."""
             check_rewritable(self.schema, f.schema_id, f.file_name, str(self.table.identifier))
             mapping = ColumnMapping(self.schema, self.table.schema_at(f.schema_id),
                                     file_names if columns is None else columns)
-            deleted = vectors.positions_of(f.file_name) if vectors is not None else None
+            if deleted is _VECTOR:
+                deleted = vectors.positions_of(f.file_name) if vectors is not None else None
             return read_file(self.table.file_io, f"{bucket_dir}/{f.file_name}", mapping, deleted=deleted,
                              positions=positions)
         return read
@@ -343,6 +366,9 @@ class TableWrite:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+        if self._purge_executor is not None:
+            self._purge_executor.shutdown(wait=True, cancel_futures=True)
+            self._purge_executor = None
         self.closed = True
 
     def __enter__(self) -> TableWrite:

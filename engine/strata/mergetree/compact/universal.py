@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from strata.mergetree.levels import SortedRun
@@ -13,6 +14,9 @@ class CompactUnit:
     runs: list[SortedRun]
     # the bucket's other runs when the unit was picked: where a lookup finds older values
     others: list[SortedRun] = field(default_factory=list)
+    # merge-on-write: each file is rewritten alone at its own level without the rows its deletion
+    # vector marks (no merge: a file's live keys are live nowhere else); output_level is unused
+    purge: bool = False
 
     @property
     def files(self) -> list:
@@ -24,6 +28,10 @@ class UniversalCompaction:
     max_size_amp: int = 200  # compaction.max-size-amplification-percent
     size_ratio: int = 1  # compaction.size-ratio
     trigger: int = 5  # num-sorted-run.compaction-trigger
+    # merge-on-write: the rows of a data file its deletion vector marks. Newer runs then hold no
+    # older version of a key (it is marked deleted where it was), so space amplification is not
+    # the newer runs' size against the oldest run's: it is the marked rows against the live ones.
+    deleted_rows: Callable[[str], int] | None = None
 
     def pick(self, num_levels: int, runs: list[SortedRun]) -> CompactUnit | None:
         """Runs are newest first. Returns the unit to compact, or None."""
@@ -52,6 +60,12 @@ class UniversalCompaction:
 
     def _size_amplification(self, max_level: int, runs: list[SortedRun]) -> CompactUnit | None:
         if len(runs) < self.trigger:
+            return None
+        if self.deleted_rows is not None:
+            rows = sum(f.row_count for r in runs for f in r.files)
+            dead = sum(self.deleted_rows(f.file_name) for r in runs for f in r.files)
+            if dead * 100 > self.max_size_amp * (rows - dead):
+                return CompactUnit(max_level, list(runs))
             return None
         candidate = sum(r.total_size for r in runs[:-1])
         earliest = runs[-1].total_size

@@ -1,0 +1,183 @@
+"""The deletion-vector compaction policy of primary-key tables: a file whose vector marks more
+than compaction.delete-ratio-threshold of its rows is rewritten without them (a purge), in the
+background between commits, and space amplification counts the marked rows, not the newer runs'
+size. Reads decode marked rows too (Parquet skips no single row), so they must not pile up."""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor, Future
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import strata
+from strata.manifest.data_file_meta import DataFileMeta
+from strata.mergetree.compact.manager import CompactManager
+from strata.mergetree.compact.universal import UniversalCompaction
+from strata.mergetree.levels import Levels, SortedRun
+from strata.mergetree.writer import KeyValueBucketWriter
+from strata.table.table import Table
+from strata.table.write import TableWrite
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64()), pa.field("s", pa.string())])
+BASE = 4_000
+COMMITS = 24
+UPDATES = 300  # per commit, uniform over the existing keys
+NEW = 100  # new keys per commit
+
+
+def _table(catalog: strata.Catalog, **options: str) -> Table:
+    return catalog.create_table("db.purge", SCHEMA, primary_keys=["id"],
+                                options={"bucket": "1", "deletion-vectors.enabled": "true", **options})
+
+
+def _rows(ids: np.ndarray, version: int) -> pa.Table:
+    return pa.table({"id": ids, "v": ids * 1_000 + version, "s": [f"{version}-{i}" for i in ids.tolist()]},
+                    schema=SCHEMA)
+
+
+class InlineExecutor(Executor):
+    """Runs a submitted purge at once: its result is ready, and applied at the next commit after
+    that commit's level-0 compaction marked more rows of the purged files (the marks to move)."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+def _bucket_writers(writer: TableWrite) -> list[KeyValueBucketWriter]:
+    return [w for w in writer.writers.values() if isinstance(w, KeyValueBucketWriter)]
+
+
+def _files_and_deleted(table: Table) -> list[tuple[DataFileMeta, int]]:
+    out = []
+    for split in table.new_scan().plan().splits:
+        vectors = split.deletion_files or {}
+        for f in split.files:
+            found = vectors.get(f.file_name)
+            out.append((f, (found.cardinality or 0) if found is not None else 0))
+    return out
+
+
+def _read(table: Table) -> dict[int, int]:
+    got = table.to_arrow()
+    ids = got.column("id").to_pylist()
+    assert len(ids) == len(set(ids)), "a key is live in two files"
+    return dict(zip(ids, got.column("v").to_pylist(), strict=True))
+
+
+def _upserts(table: Table, inline: bool) -> tuple[dict[int, int], float]:
+    """COMMITS upsert commits through one writer; the rows always equal a dict model. Returns the
+    model and the largest deleted share of a file after the last commit."""
+    rng = np.random.default_rng(7)
+    table.write(_rows(np.arange(BASE), 0))
+    model = {i: i * 1_000 for i in range(BASE)}
+    next_id = BASE
+    writer, commit = table.new_write("purge"), table.new_commit("purge")
+    try:
+        for version in range(1, COMMITS + 1):
+            ids = np.concatenate([rng.choice(next_id, UPDATES, replace=False), np.arange(next_id, next_id + NEW)])
+            next_id += NEW
+            writer.write_arrow(_rows(rng.permutation(ids), version))
+            if inline:
+                for w in _bucket_writers(writer):
+                    assert w.compaction.manager is not None
+                    w.compaction.manager.purge_executor = InlineExecutor()
+            last = version == COMMITS
+            commit.commit(writer.prepare_commit(wait_compaction=last), identifier=version)
+            model.update({i: i * 1_000 + version for i in ids.tolist()})
+            assert _read(table) == model, version
+    finally:
+        writer.close()
+    shares = [deleted / f.row_count for f, deleted in _files_and_deleted(table)]
+    return model, max(shares)
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["background", "marks-moved"])
+def test_upserts_keep_each_file_under_the_delete_ratio(catalog: strata.Catalog, inline: bool) -> None:
+    table = _table(catalog)
+    _, worst = _upserts(table, inline)
+    assert worst <= 0.2, worst
+    dead = sum(d for _, d in _files_and_deleted(table))
+    records = sum(f.row_count for f, _ in _files_and_deleted(table))
+    assert dead < 0.2 * records
+
+
+def test_without_the_policy_marked_rows_pile_up(catalog: strata.Catalog) -> None:
+    """The same upserts with the threshold at 1 (no purge): the oldest run keeps its marked rows."""
+    table = _table(catalog, **{"compaction.delete-ratio-threshold": "1"})
+    _, worst = _upserts(table, inline=False)
+    assert worst > 0.2, worst
+
+
+def test_a_purge_overtaken_by_a_compaction_is_dropped(catalog: strata.Catalog) -> None:
+    """A purge whose file a full compaction rewrote meanwhile: the compaction's output stays, the
+    purge's is deleted, no row doubles."""
+    table = _table(catalog)
+    rng = np.random.default_rng(3)
+    table.write(_rows(np.arange(BASE), 0))
+    model = {i: i * 1_000 for i in range(BASE)}
+    writer, commit = table.new_write("purge"), table.new_commit("purge")
+    try:
+        version = 0
+        purged = False
+        while not purged:
+            version += 1
+            assert version < 40, "no purge started"
+            ids = rng.choice(BASE, UPDATES, replace=False)
+            writer.write_arrow(_rows(ids, version))
+            for w in _bucket_writers(writer):
+                assert w.compaction.manager is not None
+                w.compaction.manager.purge_executor = InlineExecutor()
+            commit.commit(writer.prepare_commit(), identifier=version)
+            model.update({i: i * 1_000 + version for i in ids.tolist()})
+            purged = any(w.purge is not None for w in _bucket_writers(writer))
+        in_flight = [p for w in _bucket_writers(writer) if w.purge is not None for p in w.purge.result()]
+        writer.compact(full=True)
+        commit.commit(writer.prepare_commit(), identifier=version + 1)
+    finally:
+        writer.close()
+    assert _read(table) == model
+    live = {f.file_name for f, _ in _files_and_deleted(table)}
+    written = [f for p in in_flight for f in p.written]
+    assert written and not live & {f.file_name for f in written}
+    bucket_dir = f"{table.path}/bucket-0"
+    assert not any(table.file_io.exists(f"{bucket_dir}/{f.file_name}") for f in written)
+
+
+def _file(name: str, level: int, rows: int, size: int = 1_000) -> DataFileMeta:
+    return DataFileMeta(file_name=name, file_size=size, row_count=rows, min_key=b"", max_key=b"",
+                        key_stats=None, value_stats=None, min_sequence_number=0, max_sequence_number=0,
+                        schema_id=0, level=level)
+
+
+def test_space_amplification_of_a_merge_on_write_bucket_counts_marked_rows() -> None:
+    runs = [SortedRun(0, [_file("a", 0, 100, 3_000)]), SortedRun(1, [_file("b", 1, 100, 3_000)]),
+            SortedRun(2, [_file("c", 2, 100, 3_000)]), SortedRun(3, [_file("d", 3, 100, 3_000)]),
+            SortedRun(4, [_file("e", 4, 100, 1_000)])]
+    plain = UniversalCompaction(max_size_amp=200, size_ratio=1, trigger=5)
+    unit = plain._size_amplification(4, runs)
+    assert unit is not None and len(unit.runs) == 5  # newer runs 12x the oldest: a full compaction
+    dead = {"e": 10}
+    mow = UniversalCompaction(max_size_amp=200, size_ratio=1, trigger=5, deleted_rows=lambda n: dead.get(n, 0))
+    assert mow._size_amplification(4, runs) is None  # 10 marked rows of 500: no amplification
+    dead.update({"a": 90, "b": 90, "c": 90, "d": 90, "e": 80})  # 440 marked, 60 live
+    unit = mow._size_amplification(4, runs)
+    assert unit is not None and unit.output_level == 4 and len(unit.runs) == 5
+
+
+def test_purge_unit_takes_each_file_above_the_threshold_alone() -> None:
+    levels = Levels(5, lambda key: (key,), [_file("x", 4, 100), _file("y", 3, 100), _file("z", 3, 100),
+                                             _file("l0", 0, 100)])
+    manager = CompactManager(levels, UniversalCompaction(), InlineExecutor(), lambda unit, drop: None,  # type: ignore[arg-type,return-value]
+                             stop_trigger=10)
+    dead = {"x": 30, "y": 20, "z": 21, "l0": 90}
+    manager.deleted_rows = lambda name: dead.get(name, 0)
+    assert manager.purge_unit() is None  # no threshold: no purge
+    manager.delete_ratio = 0.2
+    unit = manager.purge_unit()
+    assert unit is not None and unit.purge
+    assert sorted((r.level, [f.file_name for f in r.files]) for r in unit.runs) == [(3, ["z"]), (4, ["x"])]
