@@ -179,8 +179,9 @@ _OPTIONS: list[Option] = [
     Option("metadata.iceberg.storage", "disabled",
            _choice("disabled", "table-location", "hadoop-catalog", "rest-catalog"),
            "publish Iceberg metadata after each snapshot (rest-catalog: in the table, served by Strata's catalog)"),
-    Option("metadata.iceberg.format-version", "2", _choice("2"),
-           "Iceberg format version of the published metadata (2: position deletes, read by Trino 476)"),
+    Option("metadata.iceberg.format-version", "2", _choice("2", "3"),
+           "Iceberg format version of the published metadata (2: position-delete files, read by Trino 476; "
+           "3: row lineage and Puffin deletion vectors)"),
     Option("metadata.iceberg.previous-versions-max", "0", _int_at_least(0), "older metadata files kept"),
     Option("metadata.iceberg.delete-after-commit.enabled", "true", _bool,
            "delete metadata files past previous-versions-max"),

@@ -1,8 +1,9 @@
-"""Iceberg manifests and manifest lists (format version 2) as Avro files with field ids.
+"""Iceberg manifests and manifest lists (format version 2 or 3) as Avro files with field ids.
 
 Iceberg readers resolve Avro fields by their ``field-id``, so every field carries the id the
 Iceberg spec gives it; maps with non-string keys are arrays of key/value records marked
-``logicalType: map``.
+``logicalType: map``. Format 3 adds the row-lineage field ``first_row_id`` (manifest lists and
+data files) and the deletion-vector fields ``content_offset`` / ``content_size_in_bytes``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from strata.manifest.avro_container import read_container, strip_logical_types, 
 
 DATA, DELETES = 0, 1  # manifest / file content
 EXISTING, ADDED, DELETED = 0, 1, 2  # entry status
-FORMAT_VERSION = 2
+FORMAT_VERSION = 2  # the default; 3 adds row lineage and deletion vectors
+FORMAT_VERSIONS = (2, 3)
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545  # position-delete file columns (reserved ids)
 
 
@@ -33,7 +35,8 @@ class PartitionField:
 
 @dataclass
 class DataFile:
-    """One Iceberg ``data_file``: a data file, or a position-delete file (content 1)."""
+    """One Iceberg ``data_file``: a data file, or position deletes (content 1): a Parquet
+position-delete file, or (format 3) a deletion vector, a blob of a Puffin file."""
 
     content: int
     path: str
@@ -44,6 +47,10 @@ class DataFile:
     lower_bounds: dict[int, bytes] = field(default_factory=dict)
     upper_bounds: dict[int, bytes] = field(default_factory=dict)
     referenced_data_file: str | None = None
+    file_format: str = "PARQUET"
+    first_row_id: int | None = None  # format 3; None: inherited from the manifest's first_row_id
+    content_offset: int | None = None  # format 3 deletion vectors: the blob within the Puffin file
+    content_size: int | None = None
 
 
 @dataclass
@@ -69,6 +76,7 @@ class ManifestFile:
     added_rows: int
     existing_rows: int
     partitions: list[dict[str, Any]]
+    first_row_id: int | None = None  # format 3 data manifests
 
 
 def _optional(avro: Any) -> list[Any]:
@@ -82,11 +90,11 @@ def _map(name: str, key_id: int, value_id: int, value: str) -> dict[str, Any]:
             {"name": "value", "type": value, "field-id": value_id}]}}
 
 
-def entry_schema(spec: Sequence[PartitionField]) -> dict[str, Any]:
+def entry_schema(spec: Sequence[PartitionField], format_version: int = FORMAT_VERSION) -> dict[str, Any]:
     partition = {"type": "record", "name": "r102", "fields": [
         {"name": p.name, "type": avro_partition_type(p.iceberg_type), "default": None, "field-id": p.field_id}
         for p in spec]}
-    data_file = {"type": "record", "name": "r2", "fields": [
+    fields: list[dict[str, Any]] = [
         {"name": "content", "type": "int", "field-id": 134},
         {"name": "file_path", "type": "string", "field-id": 100},
         {"name": "file_format", "type": "string", "field-id": 101},
@@ -100,7 +108,13 @@ def entry_schema(spec: Sequence[PartitionField]) -> dict[str, Any]:
         {"name": "upper_bounds", "type": _optional(_map("k129_v130", 129, 130, "bytes")),
          "default": None, "field-id": 128},
         {"name": "referenced_data_file", "type": _optional("string"), "default": None, "field-id": 143},
-    ]}
+    ]
+    if format_version >= 3:
+        fields += [
+            {"name": "first_row_id", "type": _optional("long"), "default": None, "field-id": 142},
+            {"name": "content_offset", "type": _optional("long"), "default": None, "field-id": 144},
+            {"name": "content_size_in_bytes", "type": _optional("long"), "default": None, "field-id": 145}]
+    data_file = {"type": "record", "name": "r2", "fields": fields}
     return {"type": "record", "name": "manifest_entry", "fields": [
         {"name": "status", "type": "int", "field-id": 0},
         {"name": "snapshot_id", "type": _optional("long"), "default": None, "field-id": 1},
@@ -132,7 +146,11 @@ MANIFEST_FILE_SCHEMA: dict[str, Any] = {"type": "record", "name": "manifest_file
             {"name": "upper_bound", "type": _optional("bytes"), "default": None, "field-id": 511}]}}),
      "default": None, "field-id": 507},
 ]}
-_MANIFEST_FILE_WRITER = fastavro.parse_schema(strip_logical_types(MANIFEST_FILE_SCHEMA))
+MANIFEST_FILE_SCHEMA_V3: dict[str, Any] = {**MANIFEST_FILE_SCHEMA, "fields": [
+    *MANIFEST_FILE_SCHEMA["fields"], {"name": "first_row_id", "type": _optional("long"), "default": None,
+                                      "field-id": 520}]}
+_MANIFEST_FILE_SCHEMAS = {2: MANIFEST_FILE_SCHEMA, 3: MANIFEST_FILE_SCHEMA_V3}
+_MANIFEST_FILE_WRITERS = {v: fastavro.parse_schema(strip_logical_types(s)) for v, s in _MANIFEST_FILE_SCHEMAS.items()}
 
 
 def _pairs(values: dict[int, Any]) -> list[dict[str, Any]] | None:
@@ -140,45 +158,57 @@ def _pairs(values: dict[int, Any]) -> list[dict[str, Any]] | None:
 
 
 def encode_manifest(entries: Iterable[Entry], spec: Sequence[PartitionField], spec_json: list[dict[str, Any]],
-                    schema: dict[str, Any], content: int, compression: str) -> bytes:
-    avro = entry_schema(spec)
+                    schema: dict[str, Any], content: int, compression: str,
+                    format_version: int = FORMAT_VERSION) -> bytes:
+    avro = entry_schema(spec, format_version)
+    v3 = format_version >= 3
     records = ({
         "status": e.status, "snapshot_id": e.snapshot_id, "sequence_number": e.sequence_number,
         "file_sequence_number": e.sequence_number,
         "data_file": {
-            "content": e.file.content, "file_path": e.file.path, "file_format": "PARQUET",
+            "content": e.file.content, "file_path": e.file.path, "file_format": e.file.file_format,
             "partition": {p.name: avro_partition_value(v, p.iceberg_type)
                           for p, v in zip(spec, e.file.partition, strict=True)},
             "record_count": e.file.record_count, "file_size_in_bytes": e.file.file_size,
             "null_value_counts": _pairs(e.file.null_counts), "lower_bounds": _pairs(e.file.lower_bounds),
             "upper_bounds": _pairs(e.file.upper_bounds), "referenced_data_file": e.file.referenced_data_file,
+            **({"first_row_id": e.file.first_row_id, "content_offset": e.file.content_offset,
+                "content_size_in_bytes": e.file.content_size} if v3 else {}),
         }} for e in entries)
     metadata = {"schema": json.dumps(schema), "schema-id": str(schema["schema-id"]),
                 "partition-spec": json.dumps(spec_json), "partition-spec-id": "0",
-                "format-version": str(FORMAT_VERSION), "content": "deletes" if content == DELETES else "data"}
+                "format-version": str(format_version), "content": "deletes" if content == DELETES else "data"}
     return write_container(avro, fastavro.parse_schema(strip_logical_types(avro)), records, compression,
                            metadata=metadata)
 
 
 def encode_manifest_list(manifests: Iterable[ManifestFile], snapshot_id: int, parent_id: int | None,
-                         sequence_number: int, compression: str) -> bytes:
+                         sequence_number: int, compression: str, format_version: int = FORMAT_VERSION,
+                         first_row_id: int = 0) -> bytes:
+    """A manifest list; at format 3 the data manifests carry their first_row_id already assigned
+    (`first_row_id`: the snapshot's first-row-id)."""
+    v3 = format_version >= 3
     records = ({
         "manifest_path": m.path, "manifest_length": m.length, "partition_spec_id": 0, "content": m.content,
         "sequence_number": m.sequence_number, "min_sequence_number": m.min_sequence_number,
         "added_snapshot_id": m.added_snapshot_id, "added_files_count": m.added_files,
         "existing_files_count": m.existing_files, "deleted_files_count": 0, "added_rows_count": m.added_rows,
         "existing_rows_count": m.existing_rows, "deleted_rows_count": 0, "partitions": m.partitions,
+        **({"first_row_id": m.first_row_id} if v3 else {}),
     } for m in manifests)
     metadata = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": "null" if parent_id is None else str(parent_id),
-                "sequence-number": str(sequence_number), "format-version": str(FORMAT_VERSION)}
-    return write_container(MANIFEST_FILE_SCHEMA, _MANIFEST_FILE_WRITER, records, compression, metadata=metadata)
+                "sequence-number": str(sequence_number), "format-version": str(format_version)}
+    if v3:
+        metadata["first-row-id"] = str(first_row_id)
+    return write_container(_MANIFEST_FILE_SCHEMAS[format_version], _MANIFEST_FILE_WRITERS[format_version], records,
+                           compression, metadata=metadata)
 
 
 def decode_manifest_list(data: bytes, where: str) -> list[ManifestFile]:
     return [ManifestFile(r["manifest_path"], r["manifest_length"], r["content"], r["sequence_number"],
                          r["min_sequence_number"], r["added_snapshot_id"], r["added_files_count"],
                          r["existing_files_count"], r["added_rows_count"], r["existing_rows_count"],
-                         r["partitions"] or [])
+                         r["partitions"] or [], r.get("first_row_id"))
             for r in read_container(data, where)]
 
 
@@ -192,7 +222,8 @@ def decode_entries(data: bytes, spec: Sequence[PartitionField], where: str) -> l
             f["content"], f["file_path"], partition, f["record_count"], f["file_size_in_bytes"],
             {p["key"]: p["value"] for p in f.get("null_value_counts") or []},
             {p["key"]: p["value"] for p in f.get("lower_bounds") or []},
-            {p["key"]: p["value"] for p in f.get("upper_bounds") or []}, f.get("referenced_data_file"))))
+            {p["key"]: p["value"] for p in f.get("upper_bounds") or []}, f.get("referenced_data_file"),
+            f["file_format"], f.get("first_row_id"), f.get("content_offset"), f.get("content_size_in_bytes"))))
     return out
 
 

@@ -3,7 +3,17 @@ compatibility (``metadata.iceberg.storage``) does, over the same Parquet files.
 
 What an Iceberg reader sees: an append table's every file; a primary-key table's top level
 (fully merged); a deletion-vector table's every file above level 0 plus, for each data file with a
-deletion vector, a position-delete file (format version 2) holding the same positions.
+deletion vector, the same positions: at format version 2 (``metadata.iceberg.format-version``) a
+position-delete Parquet file per vector, at format 3 an Iceberg deletion vector (a
+``deletion-vector-v1`` blob; one Puffin file per deletion-vector index file holds its vectors).
+32-bit vectors are widened to the 64-bit blob at format 3 (Paimon exports vectors only for
+``deletion-vectors.bitmap64`` tables; converting the positions is cheap).
+
+Format 3 also carries row lineage: the table's ``next-row-id``, each snapshot's ``first-row-id`` and
+``added-rows``, each data manifest's ``first_row_id`` (assigned once, kept while the manifest is
+carried forward; a rewritten manifest gets a new range) and null ``first_row_id`` in data files
+(inherited). A format-2 history is carried on into format 3 (an upgrade); going back to 2 starts
+the Iceberg history anew.
 
 Layout (``table-location``): ``<table>/metadata/v<N>.metadata.json`` for Paimon snapshot N and
 ``version-hint.text`` holding N; ``hadoop-catalog`` puts the same under
@@ -15,7 +25,8 @@ turns on one table's Iceberg history.
 
 Cost: an APPEND snapshot adds one manifest and carries the previous manifests forward; any other
 snapshot (compaction, overwrite, changed deletion vectors) rewrites the manifests of the visible
-files, and a position-delete file is written once per vector and reused while its index file lives.
+files, and a position-delete file (a Puffin file) is written once per vector (per index file) and
+reused while its index file lives.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from strata.deletionvectors import DeletionVector, read_vectors
 from strata.deletionvectors.index_file import index_path
 from strata.format import binary_row
 from strata.iceberg import manifests as im
+from strata.iceberg import puffin
 from strata.iceberg.types import as_iceberg_value, bound_bytes, iceberg_type, schema_json
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
@@ -93,6 +105,10 @@ def _read_hint(table: Table, metadata_dir: str) -> int | None:
         return None
 
 
+def _format(metadata: dict[str, Any]) -> int:
+    return int(metadata.get("format-version", im.FORMAT_VERSION))
+
+
 def _stem(file_name: str) -> str:
     return file_name.rsplit(".", 1)[0]
 
@@ -123,6 +139,7 @@ class IcebergSync:
         self.primary_key = bool(table.schema.primary_keys)
         self.deletion_vectors = bool(table.core.get("deletion-vectors.enabled"))
         self.compression = str(table.core.get("metadata.iceberg.manifest-compression"))
+        self.format_version = int(str(table.core.get("metadata.iceberg.format-version")))
         self.spec = [im.PartitionField(f.name, f.id, 1000 + i, iceberg_type(f.type, f.name))
                      for i, f in enumerate(table.schema.partition_fields())]
         self.iceberg_schema = schema_json(table.schema)
@@ -170,9 +187,13 @@ class IcebergSync:
                 return SyncResult(snapshot.id, location, up_to_date=True)
             previous_id = None  # the table was rolled back past the published metadata: start anew
         previous = self._load(previous_id)
+        if previous is not None and _format(previous) > self.format_version:
+            log.info("table %s: Iceberg metadata goes back from format %d to %d: its history starts anew",
+                     self.table.identifier, _format(previous), self.format_version)
+            previous = None  # Iceberg has no downgrade (as Paimon: metadata created without a base)
         self.file_io.mkdirs(self.dir)
-        manifest_list, full, counts = self._manifest_list(snapshot, previous)
-        data = json.dumps(self._metadata(snapshot, previous, manifest_list, counts), indent=1).encode()
+        manifest_list, full, counts, lineage = self._manifest_list(snapshot, previous)
+        data = json.dumps(self._metadata(snapshot, previous, manifest_list, counts, lineage), indent=1).encode()
         if rolled_back:
             self.file_io.write_bytes(location, data)
         elif not self.file_io.write_new(location, data):
@@ -202,7 +223,7 @@ class IcebergSync:
 
     # -- manifests ---------------------------------------------------------------------------------
     def _manifest_list(self, snapshot: Snapshot, previous: dict[str, Any] | None
-                       ) -> tuple[str, bool, dict[str, int]]:
+                       ) -> tuple[str, bool, dict[str, int], tuple[int, int] | None]:
         carried = self._append_delta(snapshot, previous)
         if carried is not None:
             manifests, added = carried
@@ -219,17 +240,33 @@ class IcebergSync:
                                                 if m.content == im.DELETES),
                   "added-data-files": sum(m.added_files for m in added) if not full else 0}
         parent = self._current_id(previous)
+        lineage = self._assign_row_ids(manifests, previous) if self.format_version >= 3 else None
         path = f"{self.dir}/snap-{snapshot.id}-{self.prefix}.avro"
         self.file_io.write_bytes(path, im.encode_manifest_list(manifests, snapshot.id, parent, snapshot.id,
-                                                               self.compression))
-        return path, full, counts
+                                                               self.compression, self.format_version,
+                                                               lineage[0] if lineage else 0))
+        return path, full, counts, lineage
+
+    @staticmethod
+    def _assign_row_ids(manifests: list[im.ManifestFile], previous: dict[str, Any] | None) -> tuple[int, int]:
+        """Format 3 row lineage: each data manifest without a first_row_id gets the next range
+        (its added and existing rows, the spec's simple valid approach), starting at the table's
+        next-row-id (0 after an upgrade). Returns the snapshot's (first-row-id, added-rows)."""
+        first = int((previous or {}).get("next-row-id") or 0)
+        next_id = first
+        for m in manifests:
+            if m.content == im.DATA and m.first_row_id is None:
+                m.first_row_id = next_id
+                next_id += m.added_rows + m.existing_rows
+        return first, next_id - first
 
     def _append_delta(self, snapshot: Snapshot, previous: dict[str, Any] | None
                       ) -> tuple[list[im.ManifestFile], list[im.ManifestFile]] | None:
         """An APPEND right after the previously synced snapshot: its visible new files in one new
         manifest, the previous manifests carried forward. None when a full rewrite is needed."""
         if previous is None or snapshot.commit_kind != CommitKind.APPEND or \
-                self._current_id(previous) != snapshot.id - 1 or snapshot.schema_id != previous["current-schema-id"]:
+                self._current_id(previous) != snapshot.id - 1 or snapshot.schema_id != previous["current-schema-id"] \
+                or _format(previous) != self.format_version:
             return None
         store = self.table.manifest_store
         delta = merge_entries(store.read_entries(store.read_manifest_list(snapshot.delta_manifest_list)))
@@ -239,14 +276,19 @@ class IcebergSync:
             return None
         visible = self._visible(delta)
         carried = self._read_manifest_list(self._current(previous)["manifest-list"])
+        if self.format_version >= 3 and "paimon.snapshot-id" not in previous.get("properties", {}) and \
+                any(m.content == im.DELETES for m in carried):
+            return None  # Paimon's format-3 deletes point into its index files: replaced by Puffin files
         if not visible:
             return carried, []
         entries = [im.Entry(im.ADDED, snapshot.id, snapshot.id, self._data_file(e)) for e in visible]
         return carried, [self._write_manifest(entries, im.DATA, snapshot.id)]
 
     def _index_changed(self, snapshot: Snapshot) -> bool:
-        parent = self.table.snapshot_manager.snapshot(snapshot.id - 1)
-        return parent.index_manifest != snapshot.index_manifest
+        manager = self.table.snapshot_manager
+        if not manager.exists(snapshot.id - 1):
+            return True  # expired already (the commit's expiry runs first): rewrite to be sure
+        return manager.snapshot(snapshot.id - 1).index_manifest != snapshot.index_manifest
 
     def _full(self, snapshot: Snapshot, previous: dict[str, Any] | None) -> list[im.ManifestFile]:
         from strata.scan.planner import TableScan
@@ -258,7 +300,8 @@ class IcebergSync:
                        for e in visible[start:start + MANIFEST_CHUNK]]
             out.append(self._write_manifest(entries, im.DATA, snapshot.id))
         if self.deletion_vectors:
-            deletes = self._delete_files(snapshot, visible, previous)
+            deletes = (self._dv_files(snapshot, visible, previous) if self.format_version >= 3 else
+                       self._delete_files(snapshot, visible, previous))
             if deletes:
                 out.append(self._write_manifest([im.Entry(im.ADDED, snapshot.id, snapshot.id, f) for f in deletes],
                                                 im.DELETES, snapshot.id))
@@ -277,7 +320,7 @@ class IcebergSync:
         self._written += 1
         path = f"{self.dir}/{self.prefix}-s{snapshot_id}-m{self._written}.avro"
         data = im.encode_manifest(entries, self.spec, self._spec_json(), self.iceberg_schema, content,
-                                  self.compression)
+                                  self.compression, self.format_version)
         self.file_io.write_bytes(path, data)
         return im.ManifestFile(path, len(data), content, snapshot_id, snapshot_id, snapshot_id, len(entries), 0,
                                sum(e.file.record_count for e in entries), 0, self._summaries(entries))
@@ -384,13 +427,56 @@ class IcebergSync:
         return out
 
     def _previous_delete_files(self, previous: dict[str, Any] | None) -> dict[str, im.DataFile]:
+        return {f.path: f for f in self._previous_deletes(previous)}
+
+    def _previous_deletes(self, previous: dict[str, Any] | None) -> list[im.DataFile]:
         if previous is None or self._current_id(previous) is None:
-            return {}
-        out = {}
+            return []
+        out = []
         for m in self._read_manifest_list(self._current(previous)["manifest-list"]):
             if m.content == im.DELETES:
-                for e in im.decode_entries(self.file_io.read_bytes(m.path), self.spec, m.path):
-                    out[e.file.path] = e.file
+                out += [e.file for e in im.decode_entries(self.file_io.read_bytes(m.path), self.spec, m.path)]
+        return out
+
+    def _dv_files(self, snapshot: Snapshot, visible: list[ManifestEntry],
+                  previous: dict[str, Any] | None) -> list[im.DataFile]:
+        """Format 3: one Puffin file per deletion-vector index file, holding a deletion-vector-v1
+        blob for each of its visible data files, and one manifest entry per blob (at most one
+        vector per data file: an index entry holds one per file). A Puffin file is reused while its
+        index file lives and its blobs reference the same data paths."""
+        index = [e for e in self.table.manifest_store.read_index_manifest(snapshot.index_manifest)
+                 if e.index_type == INDEX_TYPE_DELETION_VECTORS and e.dv_ranges]
+        if not index:
+            return []
+        paths = {(e.partition, e.bucket, e.file.file_name): self._path(e) for e in visible}
+        known: dict[str, dict[str, im.DataFile]] = {}
+        for f in self._previous_deletes(previous):
+            if f.file_format == "PUFFIN" and f.referenced_data_file is not None:
+                known.setdefault(f.path, {})[f.referenced_data_file] = f
+        out: list[im.DataFile] = []
+        for entry in index:
+            targets = [(path, r.data_file_name) for r in entry.dv_ranges or []
+                       if (path := paths.get((entry.partition, entry.bucket, r.data_file_name))) is not None]
+            if not targets:
+                continue
+            stem = f"{self.dir}/{entry.file_name}-"
+            wanted = {path for path, _ in targets}
+            reused = next((files for p, files in known.items() if p.startswith(stem) and set(files) == wanted), None)
+            if reused is not None:
+                out += [reused[path] for path, _ in targets]
+                continue
+            vectors = read_vectors(self.file_io, index_path(self.table.path, entry.file_name, entry.external_path),
+                                   entry.dv_ranges or [])
+            data, blobs = puffin.write_puffin([(path, vectors[name]) for path, name in targets])
+            target = f"{stem}{self.prefix}.puffin"
+            self.file_io.write_bytes(target, data)
+            partition = self._partition(entry.partition)
+            for b in blobs:
+                # the path bounds too (as a position-delete file's): readers that pair deletes with
+                # data files by them (pyiceberg) give each data file only its own vector
+                bound = {im.FILE_PATH_ID: b.referenced_data_file.encode()}
+                out.append(im.DataFile(1, target, partition, b.cardinality, len(data), {}, bound, dict(bound),
+                                       b.referenced_data_file, "PUFFIN", None, b.offset, b.length))
         return out
 
     def _write_delete_file(self, entry: IndexManifestEntry, target: str, data_path: str,
@@ -418,7 +504,7 @@ class IcebergSync:
         return next(s for s in previous["snapshots"] if s["snapshot-id"] == current)
 
     def _metadata(self, snapshot: Snapshot, previous: dict[str, Any] | None, manifest_list: str,
-                  counts: dict[str, int]) -> dict[str, Any]:
+                  counts: dict[str, int], lineage: tuple[int, int] | None) -> dict[str, Any]:
         earliest = self.table.snapshot_manager.earliest_id() or snapshot.id
         kept = [s for s in (previous or {}).get("snapshots", []) if s["snapshot-id"] >= earliest]
         summary = {"operation": _OPERATIONS.get(snapshot.commit_kind, "overwrite"),
@@ -426,6 +512,8 @@ class IcebergSync:
         parent = self._current_id(previous)
         new = {"snapshot-id": snapshot.id, "sequence-number": snapshot.id, "timestamp-ms": snapshot.time_millis,
                "manifest-list": manifest_list, "summary": summary, "schema-id": snapshot.schema_id}
+        if lineage is not None:
+            new["first-row-id"], new["added-rows"] = lineage
         if parent is not None and any(s["snapshot-id"] == parent for s in kept):
             new["parent-snapshot-id"] = parent
         snapshots = [*kept, new]
@@ -437,10 +525,11 @@ class IcebergSync:
         keep_versions = int(self.table.core.get("metadata.iceberg.previous-versions-max"))
         metadata_log = metadata_log[len(metadata_log) - keep_versions:] if keep_versions else []
         return {
-            "format-version": im.FORMAT_VERSION,
+            "format-version": self.format_version,
             "table-uuid": (previous or {}).get("table-uuid") or str(uuid.uuid4()),
             "location": _uri(self.location),
             "last-sequence-number": snapshot.id,
+            **({"next-row-id": sum(lineage)} if lineage is not None else {}),
             "last-updated-ms": snapshot.time_millis,
             "last-column-id": max(self.schema.highest_field_id, 0),
             "current-schema-id": self.schema.id,
@@ -483,7 +572,9 @@ class IcebergSync:
                     self._delete(entry["metadata-file"])
 
     def _referenced(self, manifest_list: str) -> set[str]:
-        """The manifests and position-delete files one manifest list reaches."""
+        """The manifests and the delete files of ours (position-delete or Puffin files in the
+        metadata directory; not Paimon's deletion-vector index files, which its format-3 export
+        names as Puffin deletes) one manifest list reaches."""
         try:
             manifests = self._read_manifest_list(manifest_list)
         except FileNotFoundError:
@@ -491,7 +582,8 @@ class IcebergSync:
         out = {m.path for m in manifests}
         for m in manifests:
             if m.content == im.DELETES:
-                out |= {e.file.path for e in im.decode_entries(self.file_io.read_bytes(m.path), self.spec, m.path)}
+                out |= {e.file.path for e in im.decode_entries(self.file_io.read_bytes(m.path), self.spec, m.path)
+                        if e.file.path.startswith(f"{self.dir}/")}
         return out
 
     def _delete(self, path: str) -> None:

@@ -217,7 +217,7 @@ def test_options_are_validated(catalog: strata.Catalog) -> None:
     with pytest.raises(OptionError, match=r"metadata\.iceberg\.storage"):
         catalog.create_table("db.bad", schema, options={"metadata.iceberg.storage": "hive-metastore"})
     with pytest.raises(OptionError, match=r"metadata\.iceberg\.format-version"):
-        catalog.create_table("db.bad", schema, options={**ICEBERG, "metadata.iceberg.format-version": "3"})
+        catalog.create_table("db.bad", schema, options={**ICEBERG, "metadata.iceberg.format-version": "4"})
     table = catalog.create_table("db.off", schema)
     table.write(pa.table({"id": [1]}, schema=schema))
     assert latest_metadata_location(table) is None
