@@ -13,8 +13,15 @@ agree with those rows too (Iceberg shows a primary-key table's top level: Paimon
 What Paimon 1.3.1 does (IcebergCommitCallback, IcebergOptions, IcebergDataField, IcebergMetadata
 of release-1.3.1; there is no PrimaryKeyIcebergCommitCallback in 1.3.1), and where Strata differs
 on purpose, is asserted below with the reason in a comment: Paimon exports deletion vectors only as
-format-version 3 Puffin deletes of a ``deletion-vectors.bitmap64`` table (at format 2 it shows the
-top level without them: stale rows), Strata (format 2 only) as position-delete Parquet files;
+format-version 3 deletion vectors of a ``deletion-vectors.bitmap64`` table (at format 2 it shows the
+top level without them: stale rows), Strata at format 2 as position-delete Parquet files and at
+format 3 as deletion vectors too (32-bit vectors widened). At format 3 both exports of one table
+give the same rows (read by the spec: vectors by offset) and the same delete entries (content 1,
+PUFFIN, referenced data file, offset and size, cardinality, the same positions), but Paimon's
+entries point into its deletion-vector index files, which are not Puffin files (pyiceberg 0.12
+refuses them; Strata writes real Puffin files, which it reads), and Paimon writes no row lineage
+(next-row-id, first-row-id, added-rows, first_row_id: required by the v3 spec), spells the format
+"puffin" and gives the entries no path bounds;
 Paimon's first snapshot of a primary-key table shows raw level-0 files; Paimon refuses
 TIMESTAMP(3), Strata collections and TIMESTAMP(7..9); Paimon's own data files have no BINARY
 bounds; Paimon writes plain paths, no refs, parent ids, logs or identifier fields, "overwrite" for
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,7 +56,6 @@ import pytest
 from pyarrow import ipc
 
 import strata
-from strata.errors import OptionError
 from strata.iceberg import latest_metadata_location
 from strata.schema.types import DataType
 from strata_platform.services import paimon_java
@@ -57,6 +64,7 @@ from strata_platform.services.paimon_java import canonical, judge_rows
 from strata_platform.services.testing import provide
 
 sys.path.insert(0, str(REPO_ROOT / "engine" / "tests"))  # the pyiceberg oracle's venv helpers
+from iceberg_spec_reader import SpecView, read_snapshot
 from pyiceberg_oracle import PYICEBERG_VERSION, STAMP, VENV
 from pypaimon_oracle import venv_with
 
@@ -584,46 +592,166 @@ def test_deletion_vectors_paimon_v2_ignores_them(written: Written) -> None:
     assert len(file_facts(view)) < len(file_facts(written.iceberg["s.dv_pk"]))
 
 
-def test_deletion_vectors_format_v3_only_paimon(judge_service: Service, tmp_path: Path) -> None:
-    """With metadata.iceberg.format-version=3 Paimon points Iceberg at its own deletion-vector index
-    files as Puffin deletion vectors (content_offset/size into the index file). pyiceberg 0.12 opens
-    such a file as a whole Puffin file and refuses it (the index file starts with Paimon's version
-    byte, not Puffin's magic). Strata refuses format-version 3; it still reads Paimon's table."""
+def _dv_entries(view: SpecView) -> list[dict[str, Any]]:
+    """A format-3 export's delete entries as kinds: what each is and what it marks."""
+    return [{"content": d["content"], "format": d["file_format"].upper(),
+             "references_live_file": d["referenced_data_file"] in {f["file_path"] for f in view.data_files},
+             "blob": (d["content_offset"], d["content_size_in_bytes"]) != (None, None),
+             "cardinality": d["record_count"], "positions": d["vector"].tolist()} for d in view.deletes]
+
+
+def test_deletion_vectors_format_v3_both(judge_service: Service, tmp_path: Path) -> None:
+    """metadata.iceberg.format-version=3 on the same deletion-vector table written by each side:
+    both export its vectors as Iceberg deletion vectors (content 1, PUFFIN, referenced_data_file,
+    content_offset / content_size_in_bytes, record_count = cardinality, one per data file), and the
+    spec reader (iceberg_spec_reader: blobs read by offset, length, magic, CRC and cardinality
+    checked) gets the same rows from both exports, now and at an older snapshot.
+
+    Where they differ (each pinned below): Paimon points Iceberg at its own deletion-vector index
+    files, whose blobs are valid deletion-vector-v1 frames but which are not Puffin files (a version
+    byte first, no footer), so pyiceberg 0.12, which parses the whole Puffin file, refuses them;
+    Strata writes real Puffin files (one per index file, in the metadata directory), which pyiceberg
+    reads. Paimon writes no row lineage (no next-row-id, first-row-id, added-rows or first_row_id,
+    which the v3 spec requires and Iceberg's Java TableMetadataParser reads as required), spells the
+    format "puffin" and gives the entries no path bounds; Strata writes the lineage, "PUFFIN" (as
+    Iceberg's Java writer does) and the path bounds (pyiceberg pairs deletes with data files by them)."""
+    warehouse = str(tmp_path / "warehouse")
+    catalog = strata.load_catalog(warehouse)
+    catalog.create_database("s")
+    shape = dv_pk()
+    shape.options["metadata.iceberg.format-version"] = "3"
+    strata_table = write_with_strata(catalog, "s.dv_v3", shape)
+    result = paimon_java.write(warehouse, [java_spec("j.dv_v3", shape)])
+    assert "error" not in result[0], result
+    java_table = catalog.get_table("j.dv_v3")
+    s_loc = latest_metadata_location(strata_table)
+    j_loc = java_metadata_location(warehouse, "j.dv_v3")
+    assert s_loc is not None
+    s_meta, j_meta = metadata_json(s_loc), metadata_json(j_loc)
+    assert s_meta["format-version"] == j_meta["format-version"] == 3
+
+    expected = canonical(judge_rows(strata_table.to_arrow()))
+    assert canonical(paimon_java.read(warehouse, "j.dv_v3")["rows"]) == expected
+    assert canonical(judge_rows(java_table.to_arrow())) == expected
+    s_view, j_view = read_snapshot(s_loc), read_snapshot(j_loc)
+    assert canonical(judge_rows(s_view.rows)) == canonical(judge_rows(j_view.rows)) == expected
+    assert set(DV_DELETED).isdisjoint(json.loads(r)["id"] for r in expected)
+    s_kinds, j_kinds = _dv_entries(s_view), _dv_entries(j_view)
+    assert s_kinds, "the deletes and upserts after the full compaction leave vectors"
+    key = json.dumps
+    assert sorted(map(key, s_kinds)) == sorted(map(key, j_kinds))
+    assert all(k["content"] == 1 and k["format"] == "PUFFIN" and k["blob"] and k["references_live_file"]
+               for k in s_kinds)
+
+    # an older snapshot: the one before the upsert (the deletes applied, their vectors only)
+    older = strata_table.latest_snapshot().id - 2
+    assert older == java_table.latest_snapshot().id - 2
+    s_old, j_old = read_snapshot(s_loc, older), read_snapshot(j_loc, older)
+    assert canonical(judge_rows(s_old.rows)) == canonical(judge_rows(j_old.rows)) == \
+        canonical(judge_rows(strata_table.to_arrow(snapshot_id=older)))
+
+    # the differences
+    s_deletes, j_deletes = s_view.deletes, j_view.deletes
+    assert all(d["file_path"].startswith(f"{s_meta['location']}/metadata/") and d["file_path"].endswith(".puffin")
+               for d in s_deletes)
+    assert all("/index/index-" in d["file_path"] for d in j_deletes)
+    assert {d["file_format"] for d in s_deletes} == {"PUFFIN"} and {d["file_format"] for d in j_deletes} == {"puffin"}
+    assert all(d["lower_bounds"] for d in s_deletes) and not any(d["lower_bounds"] for d in j_deletes)
+    assert "next-row-id" in s_meta and "next-row-id" not in j_meta
+    assert all("first-row-id" in s and "added-rows" in s for s in s_meta["snapshots"])
+    assert not any("first-row-id" in s for s in j_meta["snapshots"])
+    assert all(m.get("first_row_id") is not None for m in s_view.manifests if m["content"] == 0)
+    assert "first_row_id" not in j_view.manifests[0]
+    s_py, j_py = read_iceberg_many([s_loc, j_loc])
+    assert s_py.error is None, s_py.facts.get("trace")
+    assert iceberg_rows(s_py) == expected
+    assert s_py.facts["format_version"] == 3
+    assert {f["file_format"] for f in s_py.facts["files"]} == {"PARQUET", "PUFFIN"}
+    assert j_py.error is not None and "Incorrect magic bytes, expected b'PFA1'" in j_py.error, j_py.facts
+
+
+def test_deletion_vectors_format_v3_append_table(judge_service: Service, tmp_path: Path) -> None:
+    """An append table whose rows delete_where marked (Paimon's Java write has no such delete):
+    Strata writes it; a copy of the table without the Iceberg metadata gets one more commit from
+    Paimon (which then exports it afresh: every file, each vector pointing into the index file)
+    and the original the same commit from Strata. The two format-3 exports give the same rows and
+    the same delete entries."""
+    warehouse = str(tmp_path / "warehouse")
+    catalog = strata.load_catalog(warehouse)
+    for db in ("s", "j"):
+        catalog.create_database(db)
+    data = typed(60)
+    table = catalog.create_table("s.ev", data.schema, options={
+        **ICEBERG, "metadata.iceberg.format-version": "3", "deletion-vectors.enabled": "true",
+        "deletion-vectors.bitmap64": "true"})
+    table.write(data.slice(0, 30))
+    table.write(data.slice(30))
+    table.delete_where(strata.col("id").isin([0, 7, 31, 32, 59]))
+    shutil.copytree(Path(warehouse) / "s.db" / "ev", Path(warehouse) / "j.db" / "ev")
+    shutil.rmtree(Path(warehouse) / "j.db" / "ev" / "metadata")
+    more = typed(4, offset=100)
+    result = paimon_java.write(warehouse, [{"table": "j.ev", "commits": [{"rows": judge_rows(more)}]}])
+    assert "error" not in result[0], result
+    table.write(more)
+    table = catalog.get_table("s.ev")
+    s_loc, j_loc = latest_metadata_location(table), java_metadata_location(warehouse, "j.ev")
+    assert s_loc is not None
+    assert metadata_json(s_loc)["format-version"] == metadata_json(j_loc)["format-version"] == 3
+    expected = canonical(judge_rows(table.to_arrow()))
+    assert canonical(judge_rows(catalog.get_table("j.ev").to_arrow())) == expected
+    assert len(expected) == 59
+    s_view, j_view = read_snapshot(s_loc), read_snapshot(j_loc)
+    assert canonical(judge_rows(s_view.rows)) == canonical(judge_rows(j_view.rows)) == expected
+    s_kinds = _dv_entries(s_view)
+    assert len(s_kinds) == 2, "one vector for each of the two files with deleted rows"
+    assert sorted(map(json.dumps, s_kinds)) == sorted(map(json.dumps, _dv_entries(j_view)))
+    assert all("/index/index-" in d["file_path"] for d in j_view.deletes), "Paimon's own export"
+    assert all(d["file_path"].endswith(".puffin") for d in s_view.deletes)
+    [s_py] = read_iceberg_many([s_loc])
+    assert iceberg_rows(s_py) == expected
+
+
+def test_deletion_vectors_format_v3_each_continues_the_other(judge_service: Service, tmp_path: Path) -> None:
+    """Strata committing on Paimon's format-3 table publishes format 3 too, its own Puffin vectors in
+    place of Paimon's entries (a full rewrite: deletes that point into Paimon's index files are not
+    carried forward), and pyiceberg reads it; Paimon's next commit continues that history (same
+    format version, same uuid), and its export still reads right by offset."""
     warehouse = str(tmp_path / "warehouse")
     shape = dv_pk()
     shape.options["metadata.iceberg.format-version"] = "3"
     result = paimon_java.write(warehouse, [java_spec("j.dv_v3", shape)])
     assert "error" not in result[0], result
-    location = java_metadata_location(warehouse, "j.dv_v3")
-    meta = metadata_json(location)
-    assert meta["format-version"] == 3
-    [view] = read_iceberg_many([location])
-    assert view.error is not None and "Incorrect magic bytes, expected b'PFA1'" in view.error, view.facts
+    uuid = metadata_json(java_metadata_location(warehouse, "j.dv_v3"))["table-uuid"]
     catalog = strata.load_catalog(warehouse)
-    java = paimon_java.read(warehouse, "j.dv_v3")
-    assert canonical(judge_rows(catalog.get_table("j.dv_v3").to_arrow())) == canonical(java["rows"])
-    catalog.create_database("s")
-    with pytest.raises(OptionError, match=r"metadata\.iceberg\.format-version"):
-        catalog.create_table("s.dv_v3", shape.schema, primary_keys=["id"], options=shape.options)
-
-    # Strata committing on Paimon's format-3 table does not read the format option: it publishes
-    # format-2 metadata (position deletes, rows correct) that carries Paimon's format-3 snapshots on;
-    # Paimon's next commit then finds a base of another format version and starts its history anew
-    # (IcebergCommitCallback.isSameFormatVersion -> createMetadataWithoutBase).
     table = catalog.get_table("j.dv_v3")
     table.write(typed(3, offset=100))
+    table.write(typed(2, offset=30, shift=11))  # upserts: new vectors on the compacted files
     table = catalog.get_table("j.dv_v3")
     latest = table.latest_snapshot()
     assert latest is not None
     location = latest_metadata_location(table)
-    assert location is not None and metadata_json(location)["format-version"] == 2
+    assert location is not None
+    meta = metadata_json(location)
+    assert meta["format-version"] == 3 and meta["table-uuid"] == uuid
     [view] = read_iceberg_many([location])
+    assert view.error is None, view.facts.get("trace")
     assert view.facts["snapshots"] == list(range(1, latest.id + 1))
-    assert iceberg_rows(view) == canonical(judge_rows(table.to_arrow()))
-    result = paimon_java.write(warehouse, [{"table": "j.dv_v3", "commits": [{"rows": judge_rows(typed(2, 200))}]}])
-    meta = metadata_json(java_metadata_location(warehouse, "j.dv_v3"))
-    assert meta["format-version"] == 3
-    assert [s["snapshot-id"] for s in meta["snapshots"]] == list(range(latest.id + 1, result[0]["snapshot"] + 1))
+    expected = canonical(judge_rows(table.to_arrow()))
+    assert iceberg_rows(view) == expected
+    assert canonical(judge_rows(read_snapshot(location).rows)) == expected
+    assert all(d["file_path"].endswith(".puffin") for d in read_snapshot(location).deletes)
+
+    result = paimon_java.write(warehouse, [{"table": "j.dv_v3", "commits": [
+        {"rows": [{**row, "_kind": "-D"} for row in judge_rows(typed(2, offset=10))]}]}])
+    assert "error" not in result[0], result
+    location = java_metadata_location(warehouse, "j.dv_v3")
+    meta = metadata_json(location)
+    assert meta["format-version"] == 3 and meta["table-uuid"] == uuid
+    latest = catalog.get_table("j.dv_v3").latest_snapshot()
+    assert latest is not None
+    assert [s["snapshot-id"] for s in meta["snapshots"]] == list(range(1, latest.id + 1))
+    view_after = read_snapshot(location)
+    assert canonical(judge_rows(view_after.rows)) == canonical(judge_rows(catalog.get_table("j.dv_v3").to_arrow()))
 
 
 # -- types only one side exports ------------------------------------------------------------------------
