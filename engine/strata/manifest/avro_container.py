@@ -263,29 +263,56 @@ def _iter_blocks(cur: _Cursor, codec: str, sync: bytes) -> Iterator[tuple[int, b
         yield count, decompress(payload)
 
 
-def read_container(data: bytes, what: str) -> list[Any]:
-    """Decode every record of an Avro file, or raise ``ManifestCorruptedError``.
-
-    Records come back as fastavro dicts, decoded with the file's own writer schema (so any
-    record names and extra fields are accepted) and with timestamps as raw longs.
-    """
+def read_blocks(data: bytes, what: str) -> tuple[str, list[tuple[int, bytes]]]:
+    """The writer schema (JSON) and the decompressed blocks (record count, bytes) of an Avro
+    file, every length, sync marker and checksum checked, or raise ``ManifestCorruptedError``."""
     cur = _Cursor(bytes(data))
     try:
         meta, sync = _read_header(cur)
         codec = meta.get("avro.codec", b"null").decode()
         if codec not in _DECOMPRESSORS:
             raise ValueError(f"unsupported Avro codec {codec!r}")
-        parsed = _reader_schema(meta["avro.schema"].decode())
+        schema_json = meta["avro.schema"].decode()
+    except Exception as exc:
+        raise ManifestCorruptedError(f"{what}: unreadable Avro header: {exc}") from exc
+    blocks: list[tuple[int, bytes]] = []
+    try:
+        for block in _iter_blocks(cur, codec, sync):
+            blocks.append(block)
+    except Exception as exc:
+        raise _block_error(what, blocks, exc) from exc
+    return schema_json, blocks
+
+
+def _block_error(what: str, before: list[tuple[int, bytes]], exc: Exception) -> ManifestCorruptedError:
+    records = sum(count for count, _ in before)
+    return ManifestCorruptedError(
+        f"{what}: corrupt or truncated Avro block {len(before)} (after {records} records): {exc}")
+
+
+def read_container(data: bytes, what: str) -> list[Any]:
+    """Decode every record of an Avro file, or raise ``ManifestCorruptedError``.
+
+    Records come back as fastavro dicts, decoded with the file's own writer schema (so any
+    record names and extra fields are accepted) and with timestamps as raw longs.
+    """
+    schema_json, blocks = read_blocks(data, what)
+    try:
+        parsed = _reader_schema(schema_json)
     except Exception as exc:
         raise ManifestCorruptedError(f"{what}: unreadable Avro header: {exc}") from exc
     records: list[Any] = []
-    blocks = 0
-    try:
-        for count, block in _iter_blocks(cur, codec, sync):
+    for i, (count, block) in enumerate(blocks):
+        try:
             records += _decode_block(block, count, parsed)
-            blocks += 1
-    except Exception as exc:
-        raise ManifestCorruptedError(
-            f"{what}: corrupt or truncated Avro block {blocks} "
-            f"(after {len(records)} records): {exc}") from exc
+        except Exception as exc:
+            raise _block_error(what, blocks[:i], exc) from exc
     return records
+
+
+def plain_container(schema_json: str, blocks: list[tuple[int, bytes]]) -> bytes:
+    """An uncompressed Avro file of already decompressed blocks (for decoders that lack a codec)."""
+    sync = bytes(SYNC_SIZE)
+    parts = [_header(schema_json, "null", sync)]
+    parts += [b"".join([_encode_long(count), _encode_long(len(block)), block, sync]) for count, block in blocks]
+    return b"".join(parts)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import fastavro
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from strata.manifest import avro_arrow
 from strata.manifest.avro_container import read_container, strip_logical_types, write_container
 from strata.manifest.data_file_meta import DataFileMeta, FileSource
 from strata.manifest.errors import ManifestCorruptedError, UnsupportedManifestVersionError
@@ -51,6 +54,10 @@ _INDEX_WRITER = fastavro.parse_schema(strip_logical_types(INDEX_MANIFEST_ENTRY_S
 
 Record = dict[str, Any]
 T = TypeVar("T")
+Decoder = Literal["auto", "polars", "fastavro"]
+DECODERS: tuple[Decoder, ...] = ("auto", "polars", "fastavro")
+# how manifests decode unless a call says otherwise; "fastavro" opts out of polars
+DEFAULT_DECODER: Decoder = "auto"
 
 
 # -- public API -----------------------------------------------------------------------------
@@ -63,14 +70,23 @@ def encode_manifest(entries: Iterable[ManifestEntry], compression: str = "zstd",
 
 
 def decode_manifest(data: bytes, *, expected_count: int | None = None,
-                    source: str = "manifest") -> list[ManifestEntry]:
+                    source: str = "manifest", decoder: Decoder | None = None) -> list[ManifestEntry]:
     """All entries of a manifest file.
 
     An Avro file cut exactly at a block boundary still parses; pass ``expected_count`` (the
     ManifestFileMeta's added + deleted file counts) to catch that too. ``source`` names the file
-    in error messages.
+    in error messages. ``decoder`` "auto" (the default, ``DEFAULT_DECODER``) decodes with polars
+    when it is installed and can read the file, else with fastavro; "polars" and "fastavro"
+    force one.
     """
-    entries = _decode(data, _entry_from_avro, source)
+    decoder = decoder or DEFAULT_DECODER
+    entries = None
+    if decoder != "fastavro":
+        entries = _decode_columnar(data, source)
+        if entries is None and decoder == "polars":
+            raise ValueError(f"{source}: polars cannot decode this file (installed: {avro_arrow.available()})")
+    if entries is None:
+        entries = _decode(data, _entry_from_avro, source)
     if expected_count is not None and len(entries) != expected_count:
         raise ManifestCorruptedError(
             f"{source}: holds {len(entries)} entries, its manifest list says {expected_count}")
@@ -210,6 +226,71 @@ def _entry_from_avro(r: Record) -> ManifestEntry:
     _check_version(r, MANIFEST_VERSION)
     return ManifestEntry(_member(_FILE_KINDS, r["_KIND"], "_KIND"), r["_PARTITION"], r["_BUCKET"], r["_TOTAL_BUCKETS"],
                          _file_from_avro(r["_FILE"]))
+
+
+def _decode_columnar(data: bytes, source: str) -> list[ManifestEntry] | None:
+    table = avro_arrow.read_table(data, source)
+    if table is None:
+        return None
+    with gc_paused():
+        try:
+            return _entries_from_table(table)
+        except KeyError as exc:
+            raise ManifestCorruptedError(f"{source}: record 0: missing field {exc}") from exc
+        except ManifestCorruptedError as exc:
+            raise type(exc)(f"{source}: {exc}") from exc
+
+
+def _entries_from_table(table: pa.Table) -> list[ManifestEntry]:
+    """The entries of a decoded manifest, built column by column (the columnar twin of
+    ``_entry_from_avro``: same checks, same objects). Only pyarrow calls that take no Python
+    values: converting one would import pandas, a third of a cold planning's time."""
+    _members(table.column("_VERSION").to_pylist(), {MANIFEST_VERSION: MANIFEST_VERSION}, "_VERSION")
+    file = table.column("_FILE").combine_chunks()
+    names = {field.name for field in file.type}
+
+    def required(name: str) -> list[Any]:
+        if name not in names:
+            raise KeyError(name)
+        return pc.struct_field(file, name).to_pylist()
+
+    def optional(name: str) -> list[Any]:
+        return pc.struct_field(file, name).to_pylist() if name in names else [None] * len(file)
+
+    files = map(DataFileMeta, required("_FILE_NAME"), required("_FILE_SIZE"), required("_ROW_COUNT"),
+                required("_MIN_KEY"), required("_MAX_KEY"), _stats_column(file, "_KEY_STATS"),
+                _stats_column(file, "_VALUE_STATS"), required("_MIN_SEQUENCE_NUMBER"),
+                required("_MAX_SEQUENCE_NUMBER"), required("_SCHEMA_ID"), required("_LEVEL"),
+                required("_EXTRA_FILES"), optional("_CREATION_TIME"), optional("_DELETE_ROW_COUNT"),
+                optional("_EMBEDDED_FILE_INDEX"), _members(optional("_FILE_SOURCE"), _FILE_SOURCES, "_FILE_SOURCE"),
+                optional("_VALUE_STATS_COLS"), optional("_EXTERNAL_PATH"), optional("_FIRST_ROW_ID"),
+                optional("_WRITE_COLS"), optional("_WRITE_COLS_SEQUENCES"))
+    kinds = _members(table.column("_KIND").to_pylist(), _FILE_KINDS, "_KIND")
+    return list(map(ManifestEntry, kinds, table.column("_PARTITION").to_pylist(),
+                    table.column("_BUCKET").to_pylist(), table.column("_TOTAL_BUCKETS").to_pylist(), files))
+
+
+def _members(values: list[Any], members: Mapping[Any, T], name: str) -> list[T]:
+    """``members[v]`` for each value, or raise naming the first record with an unknown one."""
+    unknown = set(values).difference(members)
+    if unknown:
+        first = next(i for i, value in enumerate(values) if value in unknown)
+        if name == "_VERSION":
+            raise UnsupportedManifestVersionError(
+                f"record {first}: unsupported _VERSION {values[first]} (this reader knows {MANIFEST_VERSION})")
+        raise ManifestCorruptedError(f"record {first}: bad value: unknown {name} {values[first]!r}")
+    return [members[value] for value in values]
+
+
+def _stats_column(file: pa.StructArray, name: str) -> list[SimpleStats]:
+    stats = pc.struct_field(file, name)
+    mins = pc.struct_field(stats, "_MIN_VALUES").to_pylist()
+    maxs = pc.struct_field(stats, "_MAX_VALUES").to_pylist()
+    nulls = pc.struct_field(stats, "_NULL_COUNTS").to_pylist()
+    empty = EMPTY_BINARY_ROW
+    # most files' key stats are empty: share one object, as _stats_from_avro does
+    return [SimpleStats.EMPTY if not counts and lo == empty and hi == empty else SimpleStats(lo, hi, counts or [])
+            for lo, hi, counts in zip(mins, maxs, nulls, strict=True)]
 
 
 # -- manifest list --------------------------------------------------------------------------

@@ -50,8 +50,16 @@ def merge_entries(entries: Iterable[ManifestEntry]) -> list[ManifestEntry]:
     file not seen is kept, because its ADD lives in an older manifest. The result keeps first
     insertion order, and a file re-added after a cancelled pair moves to the end.
     """
-    merged: dict[Identifier, ManifestEntry] = {}
+    entries = list(entries)
+    repeated = _repeated_names(entries)
+    if not repeated:  # each file named once: nothing cancels, nothing is added twice
+        return entries
+    merged: dict[Identifier | str, ManifestEntry] = {}
     for entry in entries:
+        name = entry.file.file_name
+        if name not in repeated:
+            merged[name] = entry  # its only entry, kept in place
+            continue
         key = entry.identifier()
         if entry.kind == FileKind.ADD:
             if key in merged:
@@ -64,6 +72,19 @@ def merge_entries(entries: Iterable[ManifestEntry]) -> list[ManifestEntry]:
         else:
             raise ManifestMergeError(f"Unknown file kind {entry.kind!r} for {_describe(entry)}")
     return list(merged.values())
+
+
+def _repeated_names(entries: list[ManifestEntry]) -> set[str]:
+    """File names that occur in more than one entry (only those can cancel or conflict)."""
+    names = [e.file.file_name for e in entries]
+    unique = set(names)
+    if len(unique) == len(names):
+        return set()
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for name in names:
+        (repeated if name in seen else seen).add(name)
+    return repeated
 
 
 def live_files(entries: Iterable[ManifestEntry]) -> list[ManifestEntry]:

@@ -125,8 +125,19 @@ class TableScan:
                  + store.read_manifest_list(snapshot.delta_manifest_list))
         # partition-filter before merging: a kept manifest may hold the DELETE of a file whose ADD
         # sits in a manifest pruned by partition stats
-        entries = [e for e in store.read_entries(self._prune_manifests(metas)) if self._entry_partition_ok(e)]
-        return [e for e in live_files(entries) if self._keep(e)]
+        entries = store.read_entries(self._prune_manifests(metas))
+        if self.partition_filter is not None:
+            entries = [e for e in entries if self._entry_partition_ok(e)]
+        live = live_files(entries)
+        if self._keeps_all():
+            self.stats.files_scanned += len(live)
+            return live
+        return [e for e in live if self._keep(e)]
+
+    def _keeps_all(self) -> bool:
+        """No level, partition, bucket or stats filter: every live file is planned."""
+        return (self.top_level is None and self.partition_filter is None and self.filter is None
+                and self.file_filter is None)
 
     def _entry_partition_ok(self, entry: ManifestEntry) -> bool:
         if self._partition_ok(entry.partition):

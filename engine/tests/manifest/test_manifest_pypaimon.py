@@ -70,8 +70,11 @@ def test_we_decode_every_file_pypaimon_wrote(pypaimon_warehouse: tuple[Path, dic
         folder = _folder(warehouse, table)
         assert sorted(p.name for p in folder.iterdir()) == sorted(files)
         for name, (kind, expected) in files.items():
-            ours = DECODERS[kind]((folder / name).read_bytes(), source=name)
+            data = (folder / name).read_bytes()
+            ours = DECODERS[kind](data, source=name)
             assert _as_dump(ours) == expected, f"{table}/{name}"
+            if kind == "manifest":  # polars itself reads what pypaimon wrote, not via the fallback
+                assert decode_manifest(data, source=name, decoder="polars") == ours, f"{table}/{name}"
             seen |= {kind} | {f"kind{e.kind}" for e in ours if kind != "list"}
             seen |= {e.index_type for e in ours if kind == "index"}
     # the tables exercised what they were built for

@@ -1,0 +1,60 @@
+"""Avro files decoded into Arrow columns by polars' native Avro reader, when polars is installed.
+
+fastavro builds a Python dict per record: some 16 µs for a manifest entry, most of the time
+it takes to plan a table of 100,000 files. polars decodes the same blocks natively, about six
+times faster. The framing (header, blocks, sync markers, codecs, checksums) stays with
+``avro_container``, which hands polars one uncompressed file of the checked blocks: polars
+lacks the zstandard codec, and its errors would not name the block. Whatever polars refuses
+(a schema shape it does not know, a record it cannot decode) returns None, and the caller
+decodes with fastavro, which either reads it or names the fault.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from strata.manifest.avro_container import plain_container, read_blocks, strip_logical_types
+
+
+@functools.cache
+def _polars() -> Any | None:
+    try:
+        import polars
+    except ImportError:
+        return None
+    return polars
+
+
+def available() -> bool:
+    """True when polars is installed (the ``polars`` extra)."""
+    return _polars() is not None
+
+
+@functools.lru_cache(maxsize=64)
+def _raw_schema(schema_json: str) -> str:
+    # without logical types, timestamps come back as the raw longs the format stores
+    return json.dumps(strip_logical_types(json.loads(schema_json)), separators=(",", ":"))
+
+
+def read_table(data: bytes, what: str) -> pa.Table | None:
+    """Every record of an Avro file as an Arrow table, or None when polars cannot decode it
+    (or is not installed). Framing faults raise ``ManifestCorruptedError`` naming ``what``."""
+    polars = _polars()
+    if polars is None:
+        return None
+    schema_json, blocks = read_blocks(data, what)
+    expected = sum(count for count, _ in blocks)
+    if expected == 0:
+        return None  # an empty file: nothing to gain, and polars needs a record to type columns
+    try:
+        frame = polars.read_avro(io.BytesIO(plain_container(_raw_schema(schema_json), blocks)))
+    except Exception:
+        return None
+    if frame.height != expected:
+        return None
+    return frame.to_arrow()
