@@ -22,6 +22,7 @@ $(STAMP): engine/pyproject.toml platform/pyproject.toml
 	$(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e 'engine[all,dev]' -e platform
+	$(PY) -m compileall -q engine/strata platform/strata_platform > /dev/null
 	touch $@
 
 venv: $(STAMP) ## Create the virtualenv and install Strata with every extra

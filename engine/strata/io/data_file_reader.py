@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Iterator, Sequence
 
@@ -12,6 +13,7 @@ import pyarrow.parquet as pq
 
 from strata.errors import CorruptDataError
 from strata.fs import FileIO
+from strata.io.arrays import to_numpy
 from strata.scan.predicate import ColumnStats, Predicate
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 
@@ -266,7 +268,7 @@ def _selected(batch: pa.RecordBatch, offset: int, dead: np.ndarray, positions: b
                           row_filter.to_arrow())
     if isinstance(mask, pa.ChunkedArray):
         mask = mask.combine_chunks()
-    keep = pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
+    keep = to_numpy(pc.fill_null(mask, False))
     if len(dead):
         keep = keep.copy() if not keep.flags.writeable else keep
         keep[dead] = False
@@ -288,7 +290,7 @@ def _live_rows(table: pa.Table, offset: int, dead: np.ndarray, positions: bool,
         table = table.append_column(ROW_POSITION, pa.array(np.arange(offset, offset + n, dtype=np.int64)))
     table = table.filter(expression)
     if len(dead) and table.num_rows:
-        at = table.column(ROW_POSITION).to_numpy() - offset
+        at = to_numpy(table.column(ROW_POSITION)) - offset
         table = table.filter(pa.array(~np.isin(at, dead, assume_unique=True)))
     if ROW_POSITION in table.column_names and not positions:
         table = table.drop_columns([ROW_POSITION])
@@ -313,10 +315,24 @@ def _constant_columns(parquet: pq.ParquetFile, columns: Sequence[str],
             continue
         values = {_only_value(meta.row_group(g), index) for g in read}
         if len(values) == 1 and None not in values:
-            found[name] = pa.scalar(values.pop(), kind)
+            found[name] = _scalar(values.pop(), kind)
     if len(found) == len(columns):  # keep one column decoded: its batches give the row counts
         found.pop(columns[0])
     return found
+
+
+def _scalar(value: object, kind: pa.DataType) -> pa.Scalar:
+    """``pa.scalar(value, kind)`` for an integer, string or binary statistic, built from its
+    bytes: pyarrow's conversion of a Python object imports pandas on first use, a third of a
+    second of a short job's first read."""
+    if pa.types.is_integer(kind):
+        assert isinstance(value, int)
+        data = value.to_bytes(kind.bit_width // 8, "little", signed=pa.types.is_signed_integer(kind))
+        return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(data)])[0]
+    raw = value.encode() if isinstance(value, str) else value
+    assert isinstance(raw, bytes)
+    offsets = struct.pack("<ii", 0, len(raw))  # string and binary: 32-bit offsets
+    return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])[0]
 
 
 def _only_value(group: pq.RowGroupMetaData, index: int) -> object:

@@ -6,7 +6,8 @@ times faster. The framing (header, blocks, sync markers, codecs, checksums) stay
 ``avro_container``, which hands polars one uncompressed file of the checked blocks: polars
 lacks the zstandard codec, and its errors would not name the block. Whatever polars refuses
 (a schema shape it does not know, a record it cannot decode) returns None, and the caller
-decodes with fastavro, which either reads it or names the fault.
+decodes with fastavro, which either reads it or names the fault. Small files decode with
+fastavro until polars is loaded anyway: a short job reading a small table skips its import.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ from __future__ import annotations
 import functools
 import io
 import json
+import sys
 from typing import Any
 
 import pyarrow as pa
 
-from strata.manifest.avro_container import plain_container, read_blocks, strip_logical_types
+from strata.manifest.avro_container import plain_container, strip_logical_types
+
+# Importing polars costs about 0.2 s, what fastavro takes for some 12,000 entries: a smaller
+# file is not worth that import, only the use of a polars already loaded.
+MIN_RECORDS_TO_LOAD = 5_000
 
 
 @functools.cache
@@ -31,7 +37,7 @@ def _polars() -> Any | None:
 
 
 def available() -> bool:
-    """True when polars is installed (the ``polars`` extra)."""
+    """True when polars is installed (the ``polars`` extra); loads it."""
     return _polars() is not None
 
 
@@ -41,16 +47,17 @@ def _raw_schema(schema_json: str) -> str:
     return json.dumps(strip_logical_types(json.loads(schema_json)), separators=(",", ":"))
 
 
-def read_table(data: bytes, what: str) -> pa.Table | None:
-    """Every record of an Avro file as an Arrow table, or None when polars cannot decode it
-    (or is not installed). Framing faults raise ``ManifestCorruptedError`` naming ``what``."""
+def decode_table(schema_json: str, blocks: list[tuple[int, bytes]], *, force: bool = False) -> pa.Table | None:
+    """The records of blocks from ``read_blocks`` as an Arrow table, or None when polars is
+    not installed, cannot decode them, or (unless ``force``) is not worth loading for them."""
+    expected = sum(count for count, _ in blocks)
+    if expected == 0:
+        return None  # polars needs a record to type its columns
+    if not force and expected < MIN_RECORDS_TO_LOAD and "polars" not in sys.modules:
+        return None
     polars = _polars()
     if polars is None:
         return None
-    schema_json, blocks = read_blocks(data, what)
-    expected = sum(count for count, _ in blocks)
-    if expected == 0:
-        return None  # an empty file: nothing to gain, and polars needs a record to type columns
     try:
         frame = polars.read_avro(io.BytesIO(plain_container(_raw_schema(schema_json), blocks)))
     except Exception:

@@ -296,7 +296,11 @@ def read_container(data: bytes, what: str) -> list[Any]:
     Records come back as fastavro dicts, decoded with the file's own writer schema (so any
     record names and extra fields are accepted) and with timestamps as raw longs.
     """
-    schema_json, blocks = read_blocks(data, what)
+    return decode_records(*read_blocks(data, what), what)
+
+
+def decode_records(schema_json: str, blocks: list[tuple[int, bytes]], what: str) -> list[Any]:
+    """The records of blocks from ``read_blocks``, decoded by fastavro."""
     try:
         parsed = _reader_schema(schema_json)
     except Exception as exc:

@@ -18,7 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from strata.manifest import avro_arrow
-from strata.manifest.avro_container import read_container, strip_logical_types, write_container
+from strata.manifest.avro_container import (
+    decode_records,
+    read_blocks,
+    read_container,
+    strip_logical_types,
+    write_container,
+)
 from strata.manifest.data_file_meta import DataFileMeta, FileSource
 from strata.manifest.errors import ManifestCorruptedError, UnsupportedManifestVersionError
 from strata.manifest.index_manifest import DeletionVectorMeta, GlobalIndexMeta, IndexManifestEntry
@@ -55,7 +61,6 @@ _INDEX_WRITER = fastavro.parse_schema(strip_logical_types(INDEX_MANIFEST_ENTRY_S
 Record = dict[str, Any]
 T = TypeVar("T")
 Decoder = Literal["auto", "polars", "fastavro"]
-DECODERS: tuple[Decoder, ...] = ("auto", "polars", "fastavro")
 # how manifests decode unless a call says otherwise; "fastavro" opts out of polars
 DEFAULT_DECODER: Decoder = "auto"
 
@@ -76,17 +81,19 @@ def decode_manifest(data: bytes, *, expected_count: int | None = None,
     An Avro file cut exactly at a block boundary still parses; pass ``expected_count`` (the
     ManifestFileMeta's added + deleted file counts) to catch that too. ``source`` names the file
     in error messages. ``decoder`` "auto" (the default, ``DEFAULT_DECODER``) decodes with polars
-    when it is installed and can read the file, else with fastavro; "polars" and "fastavro"
-    force one.
+    when it is installed, can read the file, and is loaded already or worth loading for it
+    (``avro_arrow.MIN_RECORDS_TO_LOAD``), else with fastavro; "polars" and "fastavro" force one.
     """
     decoder = decoder or DEFAULT_DECODER
+    schema_json, blocks = read_blocks(data, source)
     entries = None
     if decoder != "fastavro":
-        entries = _decode_columnar(data, source)
+        entries = _decode_columnar(schema_json, blocks, source, force=decoder == "polars")
         if entries is None and decoder == "polars":
             raise ValueError(f"{source}: polars cannot decode this file (installed: {avro_arrow.available()})")
     if entries is None:
-        entries = _decode(data, _entry_from_avro, source)
+        with gc_paused():
+            entries = _convert(decode_records(schema_json, blocks, source), _entry_from_avro, source)
     if expected_count is not None and len(entries) != expected_count:
         raise ManifestCorruptedError(
             f"{source}: holds {len(entries)} entries, its manifest list says {expected_count}")
@@ -228,8 +235,9 @@ def _entry_from_avro(r: Record) -> ManifestEntry:
                          _file_from_avro(r["_FILE"]))
 
 
-def _decode_columnar(data: bytes, source: str) -> list[ManifestEntry] | None:
-    table = avro_arrow.read_table(data, source)
+def _decode_columnar(schema_json: str, blocks: list[tuple[int, bytes]], source: str,
+                     force: bool) -> list[ManifestEntry] | None:
+    table = avro_arrow.decode_table(schema_json, blocks, force=force)
     if table is None:
         return None
     with gc_paused():

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from strata.io.arrays import from_numpy
 from strata.mergetree.merge_function import DeduplicateMerge, FirstRowMerge, MergeFunction, live_rows_mask
 from strata.mergetree.sorting import _as_numpy
 from strata.schema.table_schema import SEQUENCE_NUMBER, VALUE_KIND
@@ -81,7 +82,7 @@ def _filter_runs(tables: list[pa.Table], codes: list[np.ndarray], ignore_delete:
             keep &= live_rows_mask(_kinds(table))
         if i < len(tables) - 1:  # no run comes after the last to hide
             seen.add(code[keep])
-        out.append(table if keep.all() else table.filter(pa.array(keep)))
+        out.append(table if keep.all() else table.filter(from_numpy(keep)))
     return [t for t in out if t.num_rows]
 
 

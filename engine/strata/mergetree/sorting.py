@@ -8,6 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from strata.io.arrays import to_numpy
+
 
 def _numeric(column: pa.ChunkedArray | pa.Array) -> bool:
     t = column.type
@@ -15,12 +17,7 @@ def _numeric(column: pa.ChunkedArray | pa.Array) -> bool:
             or pa.types.is_timestamp(t)) and column.null_count == 0
 
 
-def _as_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if pa.types.is_date(column.type) or pa.types.is_timestamp(column.type):
-        column = column.view(pa.int32() if pa.types.is_date32(column.type) else pa.int64())
-    return column.to_numpy(zero_copy_only=False)
+_as_numpy = to_numpy
 
 
 def sort_by_key(table: pa.Table, key_names: Sequence[str], seq_name: str | None) -> np.ndarray:

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from strata.deletionvectors import deleted_positions
 from strata.fs import FileIO
 from strata.fs.prefetch import PrefetchedFileIO, prefetching
+from strata.io.arrays import to_numpy
 from strata.io.data_file_reader import ColumnMapping, read_file
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.anti_join import anti_join_applies, integer_like, precedence_from_ranges
@@ -261,7 +262,7 @@ class TableRead:
     def _finish(self, batch: pa.Table, with_kinds: bool, filtered: bool = False) -> pa.Table:
         """Drop retractions (or label them), apply the filter (unless already `filtered`), project."""
         if self.key_names:
-            codes = batch.column(VALUE_KIND).to_numpy()
+            codes = to_numpy(batch.column(VALUE_KIND))
             if with_kinds:
                 kinds = pc.take(pa.array(KIND_NAMES), pa.array(codes.astype(np.int32)))
                 batch = batch.append_column(ROW_KIND_COLUMN, kinds)

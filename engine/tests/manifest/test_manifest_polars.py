@@ -112,3 +112,30 @@ def test_what_polars_cannot_read_falls_back_to_fastavro() -> None:
     assert decode_manifest(empty, decoder="auto") == []
     with pytest.raises(ValueError, match="polars cannot decode"):
         decode_manifest(empty, decoder="polars")
+
+
+_LOADING = """
+import sys
+from strata.manifest import EMPTY_BINARY_ROW, FileKind, ManifestEntry, decode_manifest, encode_manifest
+from strata.manifest.avro_arrow import MIN_RECORDS_TO_LOAD
+sys.path.insert(0, {samples!r})
+from manifest_samples import bare_file
+entries = [ManifestEntry(FileKind.ADD, EMPTY_BINARY_ROW, 0, 1, bare_file(f"f-{{i}}"))
+           for i in range(MIN_RECORDS_TO_LOAD)]
+assert decode_manifest(encode_manifest(entries[:-1])) == entries[:-1]
+assert "polars" not in sys.modules, "a small manifest loaded polars"
+assert decode_manifest(encode_manifest(entries)) == entries
+assert "polars" in sys.modules, "a large manifest did not load polars"
+"""
+
+
+def test_only_a_large_manifest_loads_polars() -> None:
+    """Loading polars costs what fastavro takes for thousands of entries: a short job reading
+    small manifests never pays it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = _LOADING.format(samples=str(Path(__file__).parent))
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
