@@ -247,14 +247,21 @@ def _decode_columnar(schema_json: str, blocks: list[tuple[int, bytes]], source: 
             raise ManifestCorruptedError(f"{source}: record 0: missing field {exc}") from exc
         except ManifestCorruptedError as exc:
             raise type(exc)(f"{source}: {exc}") from exc
+        except (TypeError, ValueError, AttributeError, pa.ArrowException):
+            return None  # a shape this path does not know: fastavro reads it or names the fault
 
 
 def _entries_from_table(table: pa.Table) -> list[ManifestEntry]:
     """The entries of a decoded manifest, built column by column (the columnar twin of
     ``_entry_from_avro``: same checks, same objects). Only pyarrow calls that take no Python
     values: converting one would import pandas, a third of a cold planning's time."""
-    _members(table.column("_VERSION").to_pylist(), {MANIFEST_VERSION: MANIFEST_VERSION}, "_VERSION")
-    file = table.column("_FILE").combine_chunks()
+    def column(name: str) -> pa.ChunkedArray:
+        if name not in table.column_names:
+            raise KeyError(name)
+        return table.column(name)
+
+    _members(column("_VERSION").to_pylist(), {MANIFEST_VERSION: MANIFEST_VERSION}, "_VERSION")
+    file = column("_FILE").combine_chunks()
     names = {field.name for field in file.type}
 
     def required(name: str) -> list[Any]:
@@ -273,9 +280,9 @@ def _entries_from_table(table: pa.Table) -> list[ManifestEntry]:
                 optional("_EMBEDDED_FILE_INDEX"), _members(optional("_FILE_SOURCE"), _FILE_SOURCES, "_FILE_SOURCE"),
                 optional("_VALUE_STATS_COLS"), optional("_EXTERNAL_PATH"), optional("_FIRST_ROW_ID"),
                 optional("_WRITE_COLS"), optional("_WRITE_COLS_SEQUENCES"))
-    kinds = _members(table.column("_KIND").to_pylist(), _FILE_KINDS, "_KIND")
-    return list(map(ManifestEntry, kinds, table.column("_PARTITION").to_pylist(),
-                    table.column("_BUCKET").to_pylist(), table.column("_TOTAL_BUCKETS").to_pylist(), files))
+    kinds = _members(column("_KIND").to_pylist(), _FILE_KINDS, "_KIND")
+    return list(map(ManifestEntry, kinds, column("_PARTITION").to_pylist(), column("_BUCKET").to_pylist(),
+                    column("_TOTAL_BUCKETS").to_pylist(), files))
 
 
 def _members(values: list[Any], members: Mapping[Any, T], name: str) -> list[T]:
