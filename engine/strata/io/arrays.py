@@ -1,7 +1,10 @@
-"""Arrow arrays as numpy arrays without pyarrow's ``to_numpy``, whose first call imports pandas:
-a third of a second that a short job's first read would pay for nothing."""
+"""Arrow arrays to and from numpy, and scalars, without pyarrow's ``to_numpy``, ``pa.array`` and
+``pa.scalar``, whose first call imports pandas: a third of a second that a short job's first
+read would pay for nothing."""
 
 from __future__ import annotations
+
+import struct
 
 import numpy as np
 import pyarrow as pa
@@ -38,3 +41,16 @@ def from_numpy(values: np.ndarray) -> pa.Array:
         values = np.ascontiguousarray(values)
         return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
     return pa.array(values)
+
+
+def scalar(value: object, kind: pa.DataType) -> pa.Scalar:
+    """``pa.scalar(value, kind)`` for an integer, string or binary ``kind``, built from the
+    value's bytes."""
+    if pa.types.is_integer(kind):
+        assert isinstance(value, int)
+        data = value.to_bytes(kind.bit_width // 8, "little", signed=pa.types.is_signed_integer(kind))
+        return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(data)])[0]
+    raw = value.encode() if isinstance(value, str) else value
+    assert isinstance(raw, bytes)
+    offsets = struct.pack("<ii", 0, len(raw))  # string and binary: 32-bit offsets
+    return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])[0]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 import threading
 from collections.abc import Iterator, Sequence
 
@@ -13,7 +12,7 @@ import pyarrow.parquet as pq
 
 from strata.errors import CorruptDataError
 from strata.fs import FileIO
-from strata.io.arrays import to_numpy
+from strata.io.arrays import scalar, to_numpy
 from strata.scan.predicate import ColumnStats, Predicate
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 
@@ -315,24 +314,10 @@ def _constant_columns(parquet: pq.ParquetFile, columns: Sequence[str],
             continue
         values = {_only_value(meta.row_group(g), index) for g in read}
         if len(values) == 1 and None not in values:
-            found[name] = _scalar(values.pop(), kind)
+            found[name] = scalar(values.pop(), kind)
     if len(found) == len(columns):  # keep one column decoded: its batches give the row counts
         found.pop(columns[0])
     return found
-
-
-def _scalar(value: object, kind: pa.DataType) -> pa.Scalar:
-    """``pa.scalar(value, kind)`` for an integer, string or binary statistic, built from its
-    bytes: pyarrow's conversion of a Python object imports pandas on first use, a third of a
-    second of a short job's first read."""
-    if pa.types.is_integer(kind):
-        assert isinstance(value, int)
-        data = value.to_bytes(kind.bit_width // 8, "little", signed=pa.types.is_signed_integer(kind))
-        return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(data)])[0]
-    raw = value.encode() if isinstance(value, str) else value
-    assert isinstance(raw, bytes)
-    offsets = struct.pack("<ii", 0, len(raw))  # string and binary: 32-bit offsets
-    return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])[0]
 
 
 def _only_value(group: pq.RowGroupMetaData, index: int) -> object:

@@ -77,8 +77,7 @@ def merge_entries(entries: Iterable[ManifestEntry]) -> list[ManifestEntry]:
 def _repeated_names(entries: list[ManifestEntry]) -> set[str]:
     """File names that occur in more than one entry (only those can cancel or conflict)."""
     names = [e.file.file_name for e in entries]
-    unique = set(names)
-    if len(unique) == len(names):
+    if len(set(names)) == len(names):
         return set()
     seen: set[str] = set()
     repeated: set[str] = set()

@@ -21,9 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from strata.io.arrays import from_numpy
+from strata.io.arrays import from_numpy, to_numpy
 from strata.mergetree.merge_function import DeduplicateMerge, FirstRowMerge, MergeFunction, live_rows_mask
-from strata.mergetree.sorting import _as_numpy
 from strata.schema.table_schema import SEQUENCE_NUMBER, VALUE_KIND
 
 Run = list[pa.Table]
@@ -137,7 +136,7 @@ def _precedence(tables: Sequence[pa.Table], newest_first: bool) -> list[int] | N
     order does not decide every key's winner)."""
     ranges = []
     for t in tables:
-        seq = _as_numpy(t.column(SEQUENCE_NUMBER))
+        seq = to_numpy(t.column(SEQUENCE_NUMBER))
         ranges.append((int(seq.min()), int(seq.max())))
     return precedence_from_ranges(ranges, newest_first)
 
@@ -162,7 +161,7 @@ def _key_codes(column: pa.ChunkedArray) -> np.ndarray | None:
     """The key as int64 values (equal keys, equal codes), or None for other key types."""
     if column.null_count or not integer_like(column.type):
         return None
-    return _as_numpy(column).astype(np.int64, copy=False)
+    return to_numpy(column).astype(np.int64, copy=False)
 
 
 def _strictly_increasing(codes: np.ndarray) -> bool:
@@ -171,4 +170,4 @@ def _strictly_increasing(codes: np.ndarray) -> bool:
 
 
 def _kinds(table: pa.Table) -> np.ndarray:
-    return _as_numpy(table.column(VALUE_KIND))
+    return to_numpy(table.column(VALUE_KIND))

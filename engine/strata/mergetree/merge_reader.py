@@ -16,10 +16,11 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from strata.io.arrays import to_numpy
 from strata.mergetree.anti_join import anti_join_applies, anti_join_merge
 from strata.mergetree.changelog import diff_changelog
 from strata.mergetree.merge_function import DeduplicateMerge, MergeFunction
-from strata.mergetree.sorting import _as_numpy, _numeric, group_ends, sort_by_key
+from strata.mergetree.sorting import _numeric, group_ends, sort_by_key
 from strata.schema.table_schema import SEQUENCE_NUMBER
 
 
@@ -150,7 +151,7 @@ class _Cursor:
         assert self.batch is not None
         if SEQUENCE_NUMBER not in self.batch.column_names:
             return 0
-        return int(np.min(_as_numpy(self.batch.column(SEQUENCE_NUMBER))))
+        return int(np.min(to_numpy(self.batch.column(SEQUENCE_NUMBER))))
 
     def _key(self, i: int) -> tuple:
         assert self.batch is not None
@@ -175,9 +176,9 @@ class _Cursor:
     def _count_through(self, bound: tuple) -> int:
         assert self.batch is not None
         if len(self.key_names) == 1 and _numeric(self.batch.column(self.key_names[0])):
-            values = _as_numpy(self.batch.column(self.key_names[0]))
+            values = to_numpy(self.batch.column(self.key_names[0]))
             target = np.asarray(bound[0]).astype(values.dtype) if not hasattr(bound[0], "year") \
-                else _as_numpy(pa.array([bound[0]], self.batch.column(self.key_names[0]).type))[0]
+                else to_numpy(pa.array([bound[0]], self.batch.column(self.key_names[0]).type))[0]
             return int(np.searchsorted(values, target, side="right"))
         return bisect.bisect_right(range(self.batch.num_rows), bound, key=self._key)
 

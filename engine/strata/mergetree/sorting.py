@@ -17,16 +17,13 @@ def _numeric(column: pa.ChunkedArray | pa.Array) -> bool:
             or pa.types.is_timestamp(t)) and column.null_count == 0
 
 
-_as_numpy = to_numpy
-
-
 def sort_by_key(table: pa.Table, key_names: Sequence[str], seq_name: str | None) -> np.ndarray:
     """Indices sorting `table` by key columns then sequence number (both ascending)."""
     keys = [table.column(k) for k in key_names]
     if all(_numeric(k) for k in keys):
-        columns = [_as_numpy(k) for k in reversed(keys)]
+        columns = [to_numpy(k) for k in reversed(keys)]
         if seq_name is not None:
-            seq = _as_numpy(table.column(seq_name))
+            seq = to_numpy(table.column(seq_name))
             if len(columns) == 1 and not pa.types.is_floating(keys[0].type):
                 order = _key_order_if_ties_in_sequence(columns[0], seq)
                 if order is not None:
@@ -64,7 +61,7 @@ def group_ends(table: pa.Table, key_names: Sequence[str]) -> np.ndarray:
     for name in key_names:
         column = table.column(name)
         if _numeric(column):
-            values = _as_numpy(column)
+            values = to_numpy(column)
             differs |= values[:-1] != values[1:]
         else:
             column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column

@@ -135,9 +135,9 @@ class TableScan:
         return [e for e in live if self._keep(e)]
 
     def _keeps_all(self) -> bool:
-        """No level, partition, bucket or stats filter: every live file is planned."""
-        return (self.top_level is None and self.partition_filter is None and self.filter is None
-                and self.file_filter is None)
+        """No level filter and no filter (the partition, bucket and stats filters derive from
+        it): every live file is planned."""
+        return self.top_level is None and self.filter is None
 
     def _entry_partition_ok(self, entry: ManifestEntry) -> bool:
         if self._partition_ok(entry.partition):

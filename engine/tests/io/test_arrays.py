@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strata.io.arrays import from_numpy, to_numpy
+from strata.io.arrays import from_numpy, scalar, to_numpy
 
 NUMBERS = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64(),
            pa.float32(), pa.float64()]
@@ -51,3 +51,11 @@ def test_nulls_and_other_types_fall_back_to_pyarrow() -> None:
     assert np.isnan(to_numpy(with_null)[1]) and to_numpy(with_null)[2] == 3
     assert to_numpy(pa.array(["a", "b"])).tolist() == ["a", "b"]
     assert from_numpy(np.array(["x"], dtype=object)).to_pylist() == ["x"]
+
+
+@pytest.mark.parametrize(("value", "kind"), [
+    (-5, pa.int8()), (2**63 - 1, pa.int64()), (2**64 - 1, pa.uint64()), (7, pa.uint16()),
+    ("día", pa.string()), ("", pa.string()), (b"\x00\xff", pa.binary()),
+])
+def test_scalars_equal_pyarrows(value: object, kind: pa.DataType) -> None:
+    assert scalar(value, kind).equals(pa.scalar(value, kind))
