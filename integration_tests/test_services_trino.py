@@ -88,3 +88,26 @@ def test_paimon_catalog_only_when_its_plugin_is_installed(trino: Service) -> Non
 def test_check_passes(trino: Service) -> None:
     detail = trino.check()
     assert "memory: 3 rows written and read back" in detail
+
+
+def test_tpch_catalog_generates_the_tpch_tables(trino: Service) -> None:
+    assert query(trino, "SELECT count(*), sum(regionkey) FROM tpch.tiny.nation") == [[25, 50]]
+    assert query(trino, "SELECT count(*) FROM tpch.tiny.lineitem") == [[60175]]
+
+
+@pytest.mark.postgres
+@pytest.mark.minio
+def test_native_iceberg_catalog_writes_and_deletes(trino: Service, postgres: Service,
+                                                   minio: Service) -> None:
+    # the JDBC catalog's two tables come from the postgres service's provisioning
+    schema = f"native.it_{uuid.uuid4().hex[:8]}"
+    query(trino, f"CREATE SCHEMA {schema}")
+    try:
+        assert query(trino, f"CREATE TABLE {schema}.nation AS SELECT * FROM tpch.tiny.nation") == [[25]]
+        assert query(trino, f"DELETE FROM {schema}.nation WHERE n_regionkey = 0") == [[5]]
+        assert query(trino, f"SELECT count(*) FROM {schema}.nation") == [[20]]
+        files = query(trino, f'SELECT content FROM {schema}."nation$files" ORDER BY content')
+        assert [row[0] for row in files] == [0, 1]  # one data file, one position-delete file
+    finally:
+        query(trino, f"DROP TABLE IF EXISTS {schema}.nation")
+        query(trino, f"DROP SCHEMA IF EXISTS {schema}")

@@ -45,6 +45,28 @@ def find_bindir() -> Path:
     return max(candidates, key=major)
 
 
+# Trino's ``native`` Iceberg catalog (iceberg.catalog.type=jdbc) expects these two tables and does not
+# create them: without them every query fails with "Cannot check and eventually update SQL schema".
+ICEBERG_JDBC_TABLES = (
+    "CREATE TABLE IF NOT EXISTS iceberg_namespace_properties (catalog_name VARCHAR(255) NOT NULL, "
+    "namespace VARCHAR(255) NOT NULL, property_key VARCHAR(255), property_value VARCHAR(1000), "
+    "PRIMARY KEY (catalog_name, namespace, property_key))",
+    "CREATE TABLE IF NOT EXISTS iceberg_tables (catalog_name VARCHAR(255) NOT NULL, "
+    "table_namespace VARCHAR(255) NOT NULL, table_name VARCHAR(255) NOT NULL, "
+    "metadata_location VARCHAR(1000), previous_metadata_location VARCHAR(1000), "
+    "iceberg_type VARCHAR(5), PRIMARY KEY (catalog_name, table_namespace, table_name))",
+)
+
+
+def ensure_iceberg_jdbc_tables(dsn: str) -> None:
+    """Create the Iceberg JDBC catalog's two tables in ``dsn``'s database if they are missing."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        for statement in ICEBERG_JDBC_TABLES:
+            conn.execute(statement)
+
+
 class PostgresService(Service):
     name = "postgres"
     port = 15432
@@ -146,6 +168,7 @@ class PostgresService(Service):
                             (DATABASE,)).fetchone() is None:
                 conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
                     sql.Identifier(DATABASE), sql.Identifier(USER)))
+        ensure_iceberg_jdbc_tables(self.dsn)
 
     def client_env(self) -> dict[str, str]:
         return {"STRATA_PG_DSN": self.dsn}

@@ -28,8 +28,19 @@ so every machine has it), then a JDK under /usr/lib/jvm (e.g. Temurin 25). jdk4p
 trimmed and lacks ``jdk.incubator.vector``, which Trino 479+ requires; for such versions the
 selection falls through to a full JDK.
 
+TPC-H and Trino's own tables. The ``tpch`` catalog (plugin ``io.trino:trino-tpch``) generates
+the TPC-H tables at any scale factor (``tpch.sf1.lineitem``). The ``native`` catalog is Trino's
+Iceberg connector writing its own tables: ``iceberg.catalog.type=jdbc`` on the stack's PostgreSQL
+(the two catalog tables are created by the ``postgres`` service, see
+``postgres.ensure_iceberg_jdbc_tables``), its warehouse under ``s3://warehouse/native`` on MinIO.
+It is the anchor Strata tables are measured against (``strata_platform.tpch``).
+
+Memory. A 3 GB heap and 2 GB per query: enough for the TPC-H joins at scale factor 1 (the
+process stays under 4 GB resident).
+
 Environment knobs: ``STRATA_TRINO_WAREHOUSE`` (Paimon warehouse URI, default
-``file://<state>/warehouse``), ``STRATA_TRINO_HEAP`` (default ``1G``), and the two above.
+``file://<state>/warehouse``), ``STRATA_TRINO_HEAP`` (default ``3G``), ``STRATA_TRINO_QUERY_MEMORY``
+(default ``2GB``), and the two above.
 """
 
 from __future__ import annotations
@@ -64,7 +75,7 @@ from strata_platform.services.base import (
 TRINO_VERSION = "476"  # newest trino-server-core tarball on Maven Central (477+ are not there)
 GROUP = "io.trino"
 # plugin directory name -> Maven artifact (a zip of the plugin's jars)
-PLUGINS: dict[str, str] = {"memory": "trino-memory", "iceberg": "trino-iceberg"}
+PLUGINS: dict[str, str] = {"memory": "trino-memory", "iceberg": "trino-iceberg", "tpch": "trino-tpch"}
 PAIMON_ARTIFACT = "trino-paimon"
 USER = "strata"
 
@@ -273,7 +284,7 @@ class TrinoService(Service):
 
     def config_files(self, java: JavaRuntime) -> dict[str, str]:
         header = "# Written by strata_platform.services.trino; rewritten at every start.\n"
-        jvm = ["-server", f"-Xmx{os.environ.get('STRATA_TRINO_HEAP', '1G')}", "-XX:+UseG1GC",
+        jvm = ["-server", f"-Xmx{os.environ.get('STRATA_TRINO_HEAP', '3G')}", "-XX:+UseG1GC",
                "-XX:+ExitOnOutOfMemoryError", "-XX:-OmitStackTraceInFastThrow",
                "-XX:ReservedCodeCacheSize=256M", "-XX:PerMethodRecompilationCutoff=10000",
                "-XX:PerBytecodeRecompilationCutoff=10000", "-Djdk.attach.allowAttachSelf=true",
@@ -281,6 +292,7 @@ class TrinoService(Service):
                "--enable-native-access=ALL-UNNAMED"]
         if "jdk.incubator.vector" in java.modules:
             jvm.append("--add-modules=jdk.incubator.vector")
+        query_memory = os.environ.get("STRATA_TRINO_QUERY_MEMORY", "2GB")
         files = {
             "node.properties": header + "node.environment=strata\nnode.id=strata-trino-1\n"
                                f"node.data-dir={self.data_dir}\n"
@@ -290,13 +302,18 @@ class TrinoService(Service):
                                  "node-scheduler.include-coordinator=true\n"
                                  f"http-server.http.port={self.port}\n"
                                  f"discovery.uri={self.url}\n"
-                                 "query.max-memory=512MB\nquery.max-memory-per-node=256MB\n",
+                                 f"query.max-memory={query_memory}\n"
+                                 f"query.max-memory-per-node={query_memory}\n",
             "log.properties": header + "io.trino=INFO\n",
             "catalog/memory.properties": header + "connector.name=memory\n",
         }
         if self.iceberg_available:
             files["catalog/strata.properties"] = header + "".join(
                 f"{key}={value}\n" for key, value in self.strata_catalog().items())
+            files["catalog/native.properties"] = header + "".join(
+                f"{key}={value}\n" for key, value in self.native_catalog().items())
+        if (self.server_dir / "plugin" / "tpch").is_dir():
+            files["catalog/tpch.properties"] = header + "connector.name=tpch\n"
         if self.paimon_available:
             files["catalog/paimon.properties"] = (header + "connector.name=paimon\n"
                                                   f"warehouse={self.warehouse}\n"
@@ -305,14 +322,27 @@ class TrinoService(Service):
 
     def strata_catalog(self) -> dict[str, str]:
         """The ``strata`` catalog: Strata tables as Iceberg tables, through the REST catalog, data on MinIO."""
-        from strata_platform.services import iceberg_rest, minio
+        from strata_platform.services import iceberg_rest
 
-        s3 = minio.MinioService().client_env()
         properties = {
             "connector.name": "iceberg",
             "iceberg.catalog.type": "rest",
             "iceberg.rest-catalog.uri": iceberg_rest.IcebergRestService().url,
             "iceberg.security": "read_only",
+            **self.s3_properties(),
+        }
+        token = os.environ.get("STRATA_ICEBERG_REST_TOKEN", "").strip()
+        if token:
+            properties["iceberg.rest-catalog.security"] = "OAUTH2"
+            properties["iceberg.rest-catalog.oauth2.token"] = token
+        return properties
+
+    def s3_properties(self) -> dict[str, str]:
+        """Trino's native S3 file system on the stack's MinIO."""
+        from strata_platform.services import minio
+
+        s3 = minio.MinioService().client_env()
+        return {
             "fs.native-s3.enabled": "true",
             "s3.endpoint": s3["AWS_ENDPOINT_URL"],
             "s3.region": s3["AWS_REGION"],
@@ -320,11 +350,24 @@ class TrinoService(Service):
             "s3.aws-access-key": s3["AWS_ACCESS_KEY_ID"],
             "s3.aws-secret-key": s3["AWS_SECRET_ACCESS_KEY"],
         }
-        token = os.environ.get("STRATA_ICEBERG_REST_TOKEN", "").strip()
-        if token:
-            properties["iceberg.rest-catalog.security"] = "OAUTH2"
-            properties["iceberg.rest-catalog.oauth2.token"] = token
-        return properties
+
+    def native_catalog(self) -> dict[str, str]:
+        """The ``native`` catalog: Trino's own writable Iceberg tables, JDBC catalog on PostgreSQL."""
+        from strata_platform.services import minio, postgres
+
+        pg = postgres.PostgresService()
+        return {
+            "connector.name": "iceberg",
+            "iceberg.catalog.type": "jdbc",
+            "iceberg.jdbc-catalog.catalog-name": "native",
+            "iceberg.jdbc-catalog.driver-class": "org.postgresql.Driver",
+            "iceberg.jdbc-catalog.connection-url":
+                f"jdbc:postgresql://{HOST}:{pg.port}/{postgres.DATABASE}",
+            "iceberg.jdbc-catalog.connection-user": postgres.USER,
+            "iceberg.jdbc-catalog.connection-password": postgres.PASSWORD,
+            "iceberg.jdbc-catalog.default-warehouse-dir": f"s3://{minio.BUCKET}/native",
+            **self.s3_properties(),
+        }
 
     def prepare(self) -> None:
         java = self.java()
@@ -333,7 +376,7 @@ class TrinoService(Service):
             path = self.etc_dir / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-            if relative == "catalog/strata.properties":
+            if relative in ("catalog/strata.properties", "catalog/native.properties"):
                 path.chmod(0o600)  # object-store credentials, and the REST catalog's token if any
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.warehouse.startswith("file:"):
