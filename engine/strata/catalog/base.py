@@ -91,9 +91,10 @@ class Catalog(ABC):
         version; returns the table with its new schema (None if absent and ignored)."""
         from strata.errors import TableNotFoundError
         from strata.schema.evolution import SchemaChangeError, commit_changes
+        from strata.snapshot.branches import split_branch_table
 
         ident = Identifier.parse(name)
-        if "$" in ident.table:
+        if split_branch_table(ident.table)[2] is not None:
             raise SchemaChangeError(f"system table {ident} is read-only")
         try:
             table = self.get_table(ident)
@@ -111,10 +112,19 @@ class Catalog(ABC):
         return contextlib.nullcontext()
 
     def _system_table(self, ident: Identifier) -> Table | None:
-        """``db.t$snapshots`` -> the read-only system table of ``db.t``; None for a plain name."""
+        """``db.t$snapshots`` -> the read-only system table of ``db.t``; ``db.t$branch_b1`` -> the
+        table on branch b1 (``db.t$branch_b1$files``: its system table); None for a plain name."""
         if "$" not in ident.table:
             return None
+        from strata.errors import TableNotFoundError
+        from strata.snapshot.branches import BranchNotFoundError, split_branch_table
         from strata.table.system_tables import SystemTable
 
-        base, _, system = ident.table.partition("$")
-        return SystemTable(self.get_table(Identifier(ident.database, base)), system)
+        base, branch, system = split_branch_table(ident.table)
+        table = self.get_table(Identifier(ident.database, base))
+        if branch is not None:
+            try:
+                table = table.on_branch(branch)
+            except BranchNotFoundError as exc:
+                raise TableNotFoundError(f"table {ident} does not exist: {exc}") from None
+        return table if system is None else SystemTable(table, system)

@@ -23,6 +23,7 @@ from strata.operation.conflicts import apply_index_changes, check_conflicts, che
 from strata.operation.manifests import ManifestStore
 from strata.options import CoreOptions
 from strata.schema.table_schema import TableSchema
+from strata.snapshot.branches import branch_path
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
 from strata.snapshot.snapshot_manager import SnapshotManager
 from strata.table.commit_message import CommitMessage
@@ -49,13 +50,14 @@ class _Change:
 
 class FileStoreCommit:
     def __init__(self, file_io: FileIO, table_path: str, schema: TableSchema, commit_user: str,
-                 publish: Callable[[SnapshotManager, Snapshot], bool] | None = None):
+                 publish: Callable[[SnapshotManager, Snapshot], bool] | None = None, branch: str | None = None):
+        """`branch` picks whose snapshot/ the commit publishes to (files stay under `table_path`)."""
         self.file_io = file_io
         self.table_path = table_path
         self.schema = schema
         self.commit_user = commit_user
         self.core = CoreOptions(schema.options)
-        self.snapshots = SnapshotManager(file_io, table_path)
+        self.snapshots = SnapshotManager(file_io, branch_path(table_path, branch))
         self.manifests = ManifestStore(
             file_io, table_path, schema, int(self.core.get("manifest.target-file-size")),
             int(self.core.get("manifest.merge-min-count")),

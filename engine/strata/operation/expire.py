@@ -233,6 +233,37 @@ class TableFiles:
         self.deleted_buckets.clear()
 
 
+@dataclass
+class SharedFiles:
+    """What the table's other branches (main included) still reference: their snapshots and tags
+    may share data files, changelog files and manifests with this branch's."""
+
+    data: set[FileKey] = field(default_factory=set)
+    metadata: set[str] = field(default_factory=set)
+
+
+def other_branches_files(table: Table, files: TableFiles) -> SharedFiles:
+    """Every file a snapshot or tag of another branch of `table` uses (nothing without branches).
+    A branch's files are those of its earliest snapshot and tags plus what its later deltas add."""
+    from strata.snapshot.snapshot_manager import SnapshotManager
+    from strata.table.tags import TagManager
+
+    shared = SharedFiles()
+    for ref in table.branches.ref_paths(exclude=table.branch):
+        snapshots = list(SnapshotManager(table.file_io, ref).snapshots())
+        tags = TagManager(table.file_io, ref).tagged_snapshots()
+        for snap in [*snapshots[:1], *tags]:
+            shared.data |= files.live_keys(snap)
+        for snap in snapshots:
+            shared.data.update(file_key(e) for e in files.added_in_delta(snap))
+            shared.data.update(file_key(e) for e in files.changelog_files(snap))
+            shared.metadata.update(n for n in (snap.changelog_manifest_list,) if n)
+            shared.metadata.update(m.file_name for m in files.manifest_list(snap.changelog_manifest_list))
+        for snap in [*snapshots, *tags]:
+            shared.metadata |= files.metadata_names(snap)
+    return shared
+
+
 def try_delete_empty_dir(file_io: FileIO, path: str) -> bool:
     """Fails, harmlessly, if a concurrent writer put a file there meanwhile."""
     return file_io.delete_empty_dir(path)
@@ -303,6 +334,7 @@ def expire_until(table: Table, earliest: int, end: int) -> ExpireResult:
         return ExpireResult()
     files = TableFiles(table)
     tags = table.tags.tagged_snapshots()
+    shared = other_branches_files(table, files)
 
     # 1. plan (nothing is deleted yet): data files deleted in the deltas of (begin, end]
     doomed_data: list[ManifestEntry] = []
@@ -315,9 +347,11 @@ def expire_until(table: Table, earliest: int, end: int) -> ExpireResult:
             if tag.id not in tag_files:
                 tag_files[tag.id] = files.live_keys(tag)
             keep = tag_files[tag.id]
-        doomed_data.extend(e for e in files.deleted_in_delta(snap) if file_key(e) not in keep)
-    doomed_changelog = [e for snap in expiring for e in files.changelog_files(snap)]
-    keep_metadata = files.metadata_names(snapshots[-1])
+        doomed_data.extend(e for e in files.deleted_in_delta(snap)
+                           if file_key(e) not in keep and file_key(e) not in shared.data)
+    doomed_changelog = [e for snap in expiring for e in files.changelog_files(snap)
+                        if file_key(e) not in shared.data]
+    keep_metadata = files.metadata_names(snapshots[-1]) | shared.metadata
     for tag in tags:
         keep_metadata |= files.metadata_names(tag)
 
@@ -386,8 +420,8 @@ def delete_tag(table: Table, name: str) -> bool:
     if candidates:
         neighbours.append(min(candidates, key=lambda s: s.id))
     files = TableFiles(table)
-    keep_data: set[FileKey] = set()
-    keep_metadata: set[str] = set()
+    shared = other_branches_files(table, files)
+    keep_data, keep_metadata = shared.data, shared.metadata
     for n in neighbours:
         keep_data |= files.live_keys(n)
         keep_metadata |= files.metadata_names(n)

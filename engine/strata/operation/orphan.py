@@ -28,7 +28,9 @@ from strata.operation.expire import TableFiles, try_delete_empty_dir
 from strata.snapshot.snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from strata.snapshot.snapshot_manager import SnapshotManager
     from strata.table.table import Table
+    from strata.table.tags import TagManager
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +93,20 @@ def candidates(table: Table) -> tuple[list[FileStatus], list[str], dict[str, int
 
 
 def used_files(table: Table) -> set[str]:
-    """Names of every file a snapshot or tag references (manifest lists, manifests, index
-    manifests and files, statistics, data files with their extra files, changelog files)."""
+    """Names of every file a snapshot or tag of any branch references (manifest lists, manifests,
+    index manifests and files, statistics, data files with their extra files, changelog files)."""
+    from strata.snapshot.snapshot_manager import SnapshotManager
+    from strata.table.tags import TagManager
+
     files = TableFiles(table)
-    manager = table.snapshot_manager
+    used: set[str] = set()
+    for ref in table.branches.ref_paths():
+        used |= _used_by(files, SnapshotManager(table.file_io, ref), TagManager(table.file_io, ref))
+    return used
+
+
+def _used_by(files: TableFiles, manager: SnapshotManager, tag_manager: TagManager) -> set[str]:
+    """The files one branch's snapshots and tags use."""
     snapshots: list[Snapshot] = []
     for sid in manager._listed_ids():
         try:
@@ -103,7 +115,7 @@ def used_files(table: Table) -> set[str]:
             continue
     live_ids = {s.id for s in snapshots}
     # a tag's changelog dies with its snapshot (as in Paimon), so only live snapshots' count
-    tags = [t for t in table.tags.tagged_snapshots() if t.id not in live_ids]
+    tags = [t for t in tag_manager.tagged_snapshots() if t.id not in live_ids]
     used: set[str] = set()
     for snap in [*snapshots, *tags]:
         try:

@@ -178,7 +178,7 @@ def expire_partitions(table: Table, expiration_ms: int | None = None, now: dt.da
     if not expired or dry_run:
         return dropped
     commit = FileStoreCommit(table.file_io, table.path, table.schema, commit_user or str(uuid.uuid4()),
-                             publish=table.snapshot_publisher())
+                             publish=table.snapshot_publisher(), branch=table.branch)
     commit.metric_table = str(table.identifier)
     commit.overwrite([], [p for p, _ in expired])
     log.info("table %s: expired partitions %s", table.identifier, dropped)

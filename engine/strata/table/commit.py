@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from strata.errors import WriterClosedError
 from strata.format import binary_row
 from strata.operation.commit import CommitResult, FileStoreCommit
+from strata.snapshot.branches import MAIN_BRANCH
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
 from strata.table.commit_message import CommitMessage
 
@@ -25,7 +26,7 @@ class TableCommit:
         prefix = table.options.get("commit.user-prefix")
         self.commit_user = commit_user or (f"{prefix}-" if prefix else "") + str(uuid.uuid4())
         self._commit = FileStoreCommit(table.file_io, table.path, table.schema, self.commit_user,
-                                       publish=table.snapshot_publisher())
+                                       publish=table.snapshot_publisher(), branch=table.branch)
         self._commit.metric_table = str(table.identifier)
         self.closed = False
 
@@ -61,7 +62,8 @@ class TableCommit:
             from strata.operation.expire import maintain_after_commit
 
             maintain_after_commit(self.table, max(result.snapshot_ids))
-            sync_after_commit(self.table)
+            if self.table.branch == MAIN_BRANCH:  # Iceberg metadata mirrors main only
+                sync_after_commit(self.table)
         return result
 
     def _with_log(self, messages: Sequence[CommitMessage], identifier: int,

@@ -15,6 +15,7 @@ manifests      the manifest files of a snapshot (base, delta, then changelog)
 partitions     per partition: records, bytes, files, last file creation time, bucket count
 buckets        per (partition, bucket): records, bytes, files, last file creation time
 tags           the tags, by name
+branches       the branches (``branch/branch-<name>/``) and when each was created
 consumers      the consumers (``consumer/consumer-<id>``) and the next snapshot each will read
 table_indexes  the index files of a snapshot (latest by default), as its index manifest lists them:
                deletion-vector files with the range of each data file's vector, hash indexes...
@@ -117,6 +118,7 @@ TAGS = pa.schema([
     _f("time_retained", _STR),
 ])
 CONSUMERS = pa.schema([_f("consumer_id", _STR, False), _f("next_snapshot_id", pa.int64(), False)])
+BRANCHES = pa.schema([_f("branch_name", _STR, False), _f("create_time", _TS, False)])  # BranchesTable
 # TableIndexesTable.TABLE_TYPE; dv_ranges holds DeletionVectorMeta.SCHEMA rows (data file, offset,
 # length, cardinality), as the index manifest does
 DV_RANGE = pa.struct([_f("f0", _STR, False), _f("f1", pa.int32(), False), _f("f2", pa.int32(), False),
@@ -130,7 +132,7 @@ TABLE_INDEXES = pa.schema([
 
 _FIXED_SCHEMAS = {"snapshots": SNAPSHOTS, "schemas": SCHEMAS, "options": OPTIONS, "files": FILES,
                   "manifests": MANIFESTS, "partitions": PARTITIONS, "buckets": BUCKETS, "tags": TAGS,
-                  "consumers": CONSUMERS, "table_indexes": TABLE_INDEXES}
+                  "consumers": CONSUMERS, "table_indexes": TABLE_INDEXES, "branches": BRANCHES}
 SYSTEM_TABLES = (*_FIXED_SCHEMAS, "audit_log", "ro")
 
 
@@ -462,6 +464,10 @@ def _buckets(table: Table, snapshot_id: int | None = None, timestamp_millis: int
     return sorted(rows, key=lambda r: (r["partition"], r["bucket"]))
 
 
+def _branches(table: Table) -> list[dict[str, Any]]:
+    return [{"branch_name": b.name, "create_time": b.create_time} for b in table.branches.infos()]
+
+
 def _tags(table: Table) -> list[dict[str, Any]]:
     rows = []
     for info in sorted(table.tags.list_all(), key=lambda t: t.name):
@@ -532,7 +538,7 @@ def _table_indexes(table: Table, snapshot_id: int | None = None, timestamp_milli
 _BUILDERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "snapshots": _snapshots, "schemas": _schemas, "options": _options, "files": _files,
     "manifests": _manifests, "partitions": _partitions, "buckets": _buckets, "tags": _tags,
-    "consumers": _consumers, "table_indexes": _table_indexes,
+    "consumers": _consumers, "table_indexes": _table_indexes, "branches": _branches,
 }
 _AT_SNAPSHOT = ("files", "manifests", "partitions", "buckets", "table_indexes")
 

@@ -16,6 +16,7 @@ from strata.scan.planner import DataSplit, TableScan
 from strata.scan.predicate import Predicate
 from strata.schema.schema_manager import SchemaManager
 from strata.schema.table_schema import TableSchema
+from strata.snapshot.branches import BranchManager, branch_path, is_main, normalize_branch
 from strata.snapshot.snapshot import Snapshot
 from strata.snapshot.snapshot_manager import SnapshotManager
 from strata.table.commit import TableCommit
@@ -38,7 +39,10 @@ if TYPE_CHECKING:
 
 class Table:
     def __init__(self, file_io: FileIO, path: str, identifier: Identifier, schema: TableSchema,
-                 catalog: Catalog | None = None):
+                 catalog: Catalog | None = None, branch: str | None = None):
+        """`path` is the table directory (data files, manifests, index files); `branch` (default
+        the ``branch`` option, else main) picks whose snapshot/, schema/, tag/ and consumer/ are
+        used (``<path>/branch/branch-<name>/``, strata.snapshot.branches)."""
         self.file_io = file_io
         self.path = path.rstrip("/")
         self.identifier = identifier
@@ -46,12 +50,14 @@ class Table:
         self.catalog = catalog
         self.options = dict(schema.options)
         self.core = CoreOptions(self.options)
-        self.snapshot_manager = SnapshotManager(file_io, self.path)
-        self.schema_manager = SchemaManager(file_io, self.path)
+        self.branch = normalize_branch(branch if branch is not None else self.options.get("branch"))
+        self.metadata_path = branch_path(self.path, self.branch)
+        self.snapshot_manager = SnapshotManager(file_io, self.metadata_path)
+        self.schema_manager = SchemaManager(file_io, self.metadata_path)
         self.paths = PathFactory(self.path)
 
     def __repr__(self) -> str:
-        return f"Table({self.identifier}, {self.path})"
+        return f"Table({self.identifier}, {self.metadata_path})"
 
     @cached_property
     def manifest_store(self) -> ManifestStore:
@@ -61,13 +67,17 @@ class Table:
     def tags(self) -> Any:
         from strata.table.tags import TagManager
 
-        return TagManager(self.file_io, self.path)
+        return TagManager(self.file_io, self.metadata_path)
 
     @cached_property
     def consumers(self) -> ConsumerManager:
         from strata.table.consumers import ConsumerManager
 
-        return ConsumerManager(self.file_io, self.path)
+        return ConsumerManager(self.file_io, self.metadata_path)
+
+    @cached_property
+    def branches(self) -> BranchManager:
+        return BranchManager(self.file_io, self.path, self.branch)
 
     def schema_at(self, schema_id: int) -> TableSchema:
         return self.schema if schema_id == self.schema.id else self.schema_manager.schema(schema_id)
@@ -154,7 +164,8 @@ class Table:
         snapshot = scan.snapshot()
         if snapshot is None or snapshot.schema_id == self.schema.id:
             return self
-        return Table(self.file_io, self.path, self.identifier, self.schema_at(snapshot.schema_id), self.catalog)
+        return Table(self.file_io, self.path, self.identifier, self.schema_at(snapshot.schema_id), self.catalog,
+                     self.branch)
 
     def to_batches(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
                    snapshot_id: int | None = None) -> Iterator[pa.RecordBatch]:
@@ -290,6 +301,51 @@ class Table:
 
         return read_system_table(self, name, **kwargs)
 
+    # -- branches (strata.snapshot.branches) ------------------------------------------------------
+    def create_branch(self, name: str, from_tag: str | None = None, from_snapshot: int | None = None) -> Table:
+        """A branch of this table: empty with the current schemas, or starting at a tag or a
+        snapshot. Returns the table on the new branch (``db.t$branch_<name>``)."""
+        self.branches.create(name, from_tag, from_snapshot)
+        return self.on_branch(name)
+
+    def delete_branch(self, name: str) -> None:
+        """Delete a branch's snapshots, schemas and tags; files only it wrote become orphans."""
+        self.branches.delete(name)
+
+    def list_branches(self) -> list[str]:
+        return self.branches.names()
+
+    def fast_forward(self, name: str) -> int:
+        """Make this table's branch (main) what branch `name` is: its later snapshots, schemas
+        and tags replace this branch's from the branch's first snapshot on. Returns the new
+        latest snapshot id; a concurrent commit makes it fail with CommitConflictError."""
+        lock = None
+        if self.catalog is not None:
+            catalog = self.catalog
+            lock = lambda: catalog.schema_change_lock(self)  # noqa: E731 - the table's commit lock
+        latest = self.branches.fast_forward(name, lock)
+        if is_main(self.branch):
+            from strata.iceberg import sync_after_commit
+
+            sync_after_commit(self.on_branch(self.branch))
+        return latest
+
+    def on_branch(self, name: str) -> Table:
+        """This table on branch `name` (Paimon's ``switchToBranch``); 'main' is the table itself."""
+        from strata.catalog.base import Identifier
+        from strata.errors import TableNotFoundError
+        from strata.snapshot.branches import BRANCH_TABLE_SEPARATOR, split_branch_table
+
+        self.branches.require(name)
+        base = split_branch_table(self.identifier.table)[0]
+        target = normalize_branch(name)
+        schema = SchemaManager(self.file_io, branch_path(self.path, target)).latest()
+        if schema is None:
+            raise TableNotFoundError(f"branch {name!r} of table {self.identifier} has no schema")
+        table_name = base if is_main(target) else f"{base}{BRANCH_TABLE_SEPARATOR}{target}"
+        return Table(self.file_io, self.path, Identifier(self.identifier.database, table_name), schema,
+                     self.catalog, target)
+
     # -- schema evolution (each returns the table under its new schema; this object keeps the old) --
     def alter(self, *changes: SchemaChange) -> Table:
         """Apply schema changes (``strata.SchemaChange.add_column(...)``, ...) as one new schema."""
@@ -301,7 +357,7 @@ class Table:
             return altered
         schema = commit_changes(self.schema_manager, list(changes), str(self.identifier),
                                 has_snapshots=lambda: self.snapshot_manager.latest() is not None)
-        return Table(self.file_io, self.path, self.identifier, schema)
+        return Table(self.file_io, self.path, self.identifier, schema, branch=self.branch)
 
     def add_column(self, name: str, data_type: Any, comment: str | None = None, first: bool = False,
                    after: str | None = None, before: str | None = None) -> Table:

@@ -1,0 +1,270 @@
+"""Branches: independent lines of snapshots of one table (Paimon's ``FileSystemBranchManager``).
+
+A branch ``b1`` lives in ``<table>/branch/branch-b1/`` with its own ``snapshot/``, ``schema/``,
+``tag/`` and ``consumer/`` directories; data files, manifests and index files stay in the table's
+directories and are shared with ``main`` (a branch starts from a copy of one of main's snapshots,
+or empty with main's schemas). ``main`` is the table directory itself.
+
+Paimon's rules: ``main`` is reserved, a name must not be blank or all digits; a branch exists
+when its directory does. Fast-forward deletes main's snapshots from the branch's earliest
+snapshot on, its schemas from that snapshot's schema on and its tags of those snapshots, then
+copies the branch's snapshots, schemas and tags into main.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from strata.errors import CommitConflictError, SnapshotNotFoundError, StrataError
+from strata.fs import FileIO
+from strata.schema.schema_manager import SchemaManager
+from strata.snapshot.snapshot import Snapshot
+from strata.snapshot.snapshot_manager import SnapshotManager
+
+MAIN_BRANCH = "main"
+BRANCH_DIR = "branch"
+BRANCH_PREFIX = "branch-"
+BRANCH_TABLE_SEPARATOR = "$branch_"  # db.t$branch_b1: the table on branch b1
+_TAG_DIR, _TAG_PREFIX = "tag", "tag-"
+_SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)$")
+_SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
+
+
+class BranchNotFoundError(StrataError, KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def is_main(branch: str | None) -> bool:
+    return branch is None or branch == MAIN_BRANCH or not branch.strip()
+
+
+def normalize_branch(branch: str | None) -> str:
+    """Blank or None is main (Paimon's ``BranchManager.normalizeBranch``)."""
+    return MAIN_BRANCH if branch is None or not branch.strip() else branch
+
+
+def branch_path(table_path: str, branch: str | None) -> str:
+    """Where a branch's snapshot/, schema/, tag/ and consumer/ live; main's is the table's."""
+    root = table_path.rstrip("/")
+    return root if is_main(branch) else f"{root}/{BRANCH_DIR}/{BRANCH_PREFIX}{branch}"
+
+
+def validate_branch_name(name: str) -> str:
+    """Paimon's ``BranchManager.validateBranch`` plus what would break a path."""
+    if name == MAIN_BRANCH:
+        raise ValueError(f"Branch name '{MAIN_BRANCH}' is the default branch and cannot be used.")
+    if not name or not name.strip():
+        raise ValueError(f"Branch name '{name}' is blank.")
+    if name.isdigit():
+        raise ValueError(f"Branch name cannot be pure numeric string but is '{name}'.")
+    if "/" in name or "$" in name:
+        raise ValueError(f"Branch name '{name}' must not contain '/' or '$'.")
+    return name
+
+
+def split_branch_table(table_name: str) -> tuple[str, str | None, str | None]:
+    """``t$branch_b1$files`` -> ('t', 'b1', 'files'); ``t$snapshots`` -> ('t', None, 'snapshots')."""
+    base, _, rest = table_name.partition("$")
+    if not rest:
+        return base, None, None
+    if rest.startswith(BRANCH_TABLE_SEPARATOR[1:]):
+        branch, _, system = rest[len(BRANCH_TABLE_SEPARATOR) - 1:].partition("$")
+        return base, branch, system or None
+    return base, None, rest
+
+
+@dataclass(frozen=True)
+class BranchInfo:
+    name: str
+    create_time: dt.datetime  # when its first schema file was written (Paimon: the directory's mtime)
+
+
+def _names(file_io: FileIO, directory: str, pattern: re.Pattern[str]) -> dict[int, str]:
+    out = {}
+    for status in file_io.list_status(directory):
+        m = pattern.match(status.path.rsplit("/", 1)[-1])
+        if m and not status.is_dir:
+            out[int(m.group(1))] = status.path
+    return out
+
+
+def _copy(file_io: FileIO, source: str, target: str) -> None:
+    file_io.write_bytes(target, file_io.read_bytes(source))
+
+
+class BranchManager:
+    """The branches of the table at `table_path`; `current` is the branch the caller works on."""
+
+    def __init__(self, file_io: FileIO, table_path: str, current: str = MAIN_BRANCH):
+        self.file_io = file_io
+        self.table_path = table_path.rstrip("/")
+        self.current = normalize_branch(current)
+        self.dir = f"{self.table_path}/{BRANCH_DIR}"
+
+    def path(self, name: str) -> str:
+        return branch_path(self.table_path, name)
+
+    def names(self) -> list[str]:
+        """Branch names (not main), sorted."""
+        return sorted(s.path.rstrip("/").rsplit("/", 1)[-1][len(BRANCH_PREFIX):]
+                      for s in self.file_io.list_status(self.dir)
+                      if s.is_dir and s.path.rstrip("/").rsplit("/", 1)[-1].startswith(BRANCH_PREFIX))
+
+    def exists(self, name: str) -> bool:
+        return is_main(name) or name in self.names()
+
+    def infos(self) -> list[BranchInfo]:
+        """Every branch with its creation time, oldest first (the ``$branches`` system table)."""
+        out = []
+        for name in self.names():
+            stamps = [s.mtime_millis for s in self.file_io.list_status(f"{self.path(name)}/schema")
+                      if not s.is_dir]
+            out.append(BranchInfo(name, dt.datetime.fromtimestamp(min(stamps, default=0) / 1000)))
+        return sorted(out, key=lambda b: (b.create_time, b.name))
+
+    def require(self, name: str) -> None:
+        if not self.exists(name):
+            raise BranchNotFoundError(f"Branch name '{name}' doesn't exist in table {self.table_path}.")
+
+    def _source(self) -> str:
+        return branch_path(self.table_path, self.current)
+
+    # -- create / delete ---------------------------------------------------------------------------
+    def create(self, name: str, from_tag: str | None = None, from_snapshot: int | None = None) -> None:
+        """An empty branch with the current branch's schemas, or one starting at a tag (the tag,
+        its snapshot and the schemas up to its schema come along) or at a snapshot."""
+        validate_branch_name(name)
+        if from_tag is not None and from_snapshot is not None:
+            raise ValueError("create a branch from a tag or from a snapshot, not both")
+        if self.exists(name):
+            raise ValueError(f"Branch name '{name}' already exists.")
+        source, target = self._source(), self.path(name)
+        schemas = SchemaManager(self.file_io, source)
+        if from_tag is not None:
+            tag_path = f"{source}/{_TAG_DIR}/{_TAG_PREFIX}{from_tag}"
+            try:
+                data = self.file_io.read_bytes(tag_path)
+            except FileNotFoundError:
+                raise SnapshotNotFoundError(f"Tag name '{from_tag}' not exists ({tag_path}).") from None
+            snapshot = Snapshot.from_json(data, where=tag_path)
+            self._copy_schemas(schemas, target, snapshot.schema_id)
+            self.file_io.write_bytes(f"{target}/{_TAG_DIR}/{_TAG_PREFIX}{from_tag}", data)
+            self._write_snapshot(target, _trimmed(snapshot))
+        elif from_snapshot is not None:
+            snapshot = SnapshotManager(self.file_io, source).snapshot(from_snapshot)
+            self._copy_schemas(schemas, target, snapshot.schema_id)
+            self._write_snapshot(target, snapshot)
+        else:
+            latest = schemas.latest()
+            if latest is None:
+                raise StrataError(f"table {self.table_path} has no schema to branch from")
+            self._copy_schemas(schemas, target, latest.id)
+
+    def _copy_schemas(self, schemas: SchemaManager, target: str, up_to: int) -> None:
+        for schema_id in schemas.list_ids():
+            if schema_id <= up_to:
+                _copy(self.file_io, schemas.path(schema_id), f"{target}/schema/schema-{schema_id}")
+
+    def _write_snapshot(self, target: str, snapshot: Snapshot) -> None:
+        manager = SnapshotManager(self.file_io, target)
+        self.file_io.write_bytes(manager.path(snapshot.id), snapshot.to_json().encode())
+        for hint in ("EARLIEST", "LATEST"):
+            self.file_io.write_bytes(f"{manager.dir}/{hint}", str(snapshot.id).encode())
+
+    def delete(self, name: str) -> None:
+        """Delete the branch's metadata; data files only it wrote become orphans (Paimon's note:
+        ``remove_orphan_files`` clears them)."""
+        if is_main(name):
+            raise ValueError(f"Branch name '{MAIN_BRANCH}' is the default branch and cannot be deleted.")
+        self.require(name)
+        self.file_io.delete_dir(self.path(name))
+
+    # -- fast-forward ------------------------------------------------------------------------------
+    def fast_forward(self, name: str,
+                     lock: Callable[[], contextlib.AbstractContextManager[object]] | None = None) -> int:
+        """Make the current branch (main) what branch `name` is; returns its new latest snapshot id. `lock` is the
+        table's commit lock when the catalog has one: main's commits wait for it, and one that
+        raced ahead of it (main's latest moved while planning) makes this fail, changing nothing."""
+        if is_main(name):
+            raise ValueError(f"Branch name '{MAIN_BRANCH}' do not use in fast-forward.")
+        if name == self.current:
+            raise ValueError(f"Fast-forward from the current branch '{name}' is not allowed.")
+        self.require(name)
+        source = self.path(name)
+        branch_snapshots = SnapshotManager(self.file_io, source)
+        earliest = branch_snapshots.earliest_id()
+        latest = branch_snapshots.latest_id()
+        if earliest is None or latest is None:
+            raise StrataError(f"Cannot fast forward branch {name}, because it does not have snapshot.")
+        main = SnapshotManager(self.file_io, self._source())
+        expected_latest = main.latest_id()
+        with lock() if lock is not None else contextlib.nullcontext():
+            if main.latest_id() != expected_latest:
+                raise CommitConflictError(
+                    f"fast-forward of branch '{name}' in {self.table_path} conflicts with a commit to "
+                    f"main (latest snapshot moved from {expected_latest} to {main.latest_id()}); retry")
+            self._replace_main(name, source, branch_snapshots.snapshot(earliest), expected_latest)
+        return latest
+
+    def _replace_main(self, name: str, source: str, first: Snapshot, main_latest: int | None) -> None:
+        io, root = self.file_io, self._source()
+        branch_files = _names(io, f"{source}/snapshot", _SNAPSHOT_FILE)
+        branch_schemas = _names(io, f"{source}/schema", _SCHEMA_FILE)
+        new_latest = max(branch_files)
+        # 1. the branch's snapshots: ids past main's latest are claimed create-if-absent, so a main
+        #    commit that slipped in makes this fail before main is changed
+        claimed = sorted(i for i in branch_files if main_latest is None or i > main_latest)
+        published: list[int] = []
+        for sid in claimed:
+            if not io.write_new(f"{root}/snapshot/snapshot-{sid}", io.read_bytes(branch_files[sid])):
+                for done in published:
+                    io.delete(f"{root}/snapshot/snapshot-{done}")
+                raise CommitConflictError(
+                    f"fast-forward of branch '{name}' in {root}: snapshot {sid} of main was committed "
+                    "concurrently; main is unchanged, retry")
+            published.append(sid)
+        # 2. schemas, then the overlapping snapshots (newest first), then main's newer leftovers
+        for schema_id, path in _names(io, f"{root}/schema", _SCHEMA_FILE).items():
+            if schema_id >= first.schema_id and schema_id not in branch_schemas:
+                io.delete(path)
+        for schema_id, path in branch_schemas.items():
+            if schema_id >= first.schema_id:
+                _copy(io, path, f"{root}/schema/schema-{schema_id}")
+        for sid in sorted((i for i in branch_files if i not in claimed), reverse=True):
+            _copy(io, branch_files[sid], f"{root}/snapshot/snapshot-{sid}")
+        for sid, path in sorted(_names(io, f"{root}/snapshot", _SNAPSHOT_FILE).items(), reverse=True):
+            if sid > new_latest:
+                io.delete(path)
+        io.write_bytes(f"{root}/snapshot/LATEST", str(new_latest).encode())
+        self._replace_tags(source, first.id)
+
+    def _replace_tags(self, source: str, first_id: int) -> None:
+        io, root = self.file_io, self._source()
+        for status in io.list_status(f"{root}/{_TAG_DIR}"):
+            if status.is_dir or not status.path.rsplit("/", 1)[-1].startswith(_TAG_PREFIX):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if Snapshot.from_json(io.read_bytes(status.path), where=status.path).id >= first_id:
+                    io.delete(status.path)
+        for status in io.list_status(f"{source}/{_TAG_DIR}"):
+            file_name = status.path.rsplit("/", 1)[-1]
+            if not status.is_dir and file_name.startswith(_TAG_PREFIX):
+                _copy(io, status.path, f"{root}/{_TAG_DIR}/{file_name}")
+
+    # -- what every branch references (for expiry and orphan cleanup) ------------------------------
+    def ref_paths(self, exclude: str | None = None) -> list[str]:
+        """Metadata paths of main and every branch, except `exclude`'s."""
+        names = [MAIN_BRANCH, *self.names()]
+        return [self.path(n) for n in names if exclude is None or normalize_branch(exclude) != n]
+
+
+def _trimmed(tag: Snapshot) -> Snapshot:
+    """The snapshot a tag file holds, without the tag's own fields."""
+    from strata.table.tags import trim_to_snapshot
+
+    return trim_to_snapshot(tag)

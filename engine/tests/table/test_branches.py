@@ -1,0 +1,209 @@
+"""Branches in Paimon's layout (``branch/branch-<name>/``): management, reads and writes on a branch
+with main untouched, fast-forward, and expiry / orphan cleanup that keep what another branch uses."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pyarrow as pa
+import pytest
+
+import strata
+from strata.errors import CommitConflictError, SnapshotNotFoundError, TableNotFoundError
+from strata.snapshot.branches import BranchManager, BranchNotFoundError, split_branch_table
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+
+
+def batch(ids: list[int], tag: str) -> pa.Table:
+    return pa.table({"id": ids, "v": [f"{tag}{i}" for i in ids]}, schema=SCHEMA)
+
+
+def rows(table: strata.Table, **at: object) -> list[tuple]:
+    data = table.to_arrow(**at)  # type: ignore[arg-type]
+    return sorted(zip(*(data.column(c).to_pylist() for c in data.column_names), strict=True))
+
+
+@pytest.fixture
+def table(catalog):
+    t = catalog.create_table("db.t", SCHEMA, primary_keys=["id"],
+                             options={"bucket": "1", "deletion-vectors.enabled": "true"})
+    t.write(batch([1, 2, 3], "m"))
+    t.create_tag("t1")
+    t.write(batch([4], "m"))
+    return t
+
+
+def test_names_are_validated_as_paimon_does(table):
+    for bad, message in (("main", "default branch"), ("123", "pure numeric"), ("  ", "blank"),
+                         ("a/b", "must not contain")):
+        with pytest.raises(ValueError, match=message):
+            table.create_branch(bad)
+    table.create_branch("b1")
+    with pytest.raises(ValueError, match="already exists"):
+        table.create_branch("b1")
+    with pytest.raises(SnapshotNotFoundError, match="nope"):
+        table.create_branch("b2", from_tag="nope")
+    with pytest.raises(SnapshotNotFoundError, match="snapshot 99"):
+        table.create_branch("b3", from_snapshot=99)
+    with pytest.raises(BranchNotFoundError, match="'zz' doesn't exist"):
+        table.delete_branch("zz")
+    with pytest.raises(BranchNotFoundError):
+        table.fast_forward("zz")
+    with pytest.raises(ValueError, match="do not use in fast-forward"):
+        table.fast_forward("main")
+    assert table.list_branches() == ["b1"]
+
+
+def test_split_branch_table_names():
+    assert split_branch_table("t$branch_b1") == ("t", "b1", None)
+    assert split_branch_table("t$branch_b1$files") == ("t", "b1", "files")
+    assert split_branch_table("t$snapshots") == ("t", None, "snapshots")
+    assert split_branch_table("t") == ("t", None, None)
+
+
+def test_layout_list_delete_and_branches_table(table, catalog, warehouse_io):
+    table.create_branch("from_tag", from_tag="t1")
+    table.create_branch("from_snap", from_snapshot=2)
+    table.create_branch("empty")
+    root = f"{table.path}/branch"
+    assert warehouse_io.exists(f"{root}/branch-from_tag/tag/tag-t1")
+    tagged = table.tags.get("t1").id
+    assert warehouse_io.exists(f"{root}/branch-from_tag/snapshot/snapshot-{tagged}")
+    assert warehouse_io.exists(f"{root}/branch-from_snap/snapshot/snapshot-2")
+    assert warehouse_io.exists(f"{root}/branch-empty/schema/schema-0")
+    assert warehouse_io.list_status(f"{root}/branch-empty/snapshot") == []
+    listed = catalog.get_table("db.t$branches").to_arrow()
+    assert sorted(listed.column("branch_name").to_pylist()) == ["empty", "from_snap", "from_tag"]
+    assert listed.schema.field("create_time").type == pa.timestamp("ms")
+    assert rows(catalog.get_table("db.t$branch_from_tag")) == rows(table, tag="t1")
+    assert rows(catalog.get_table("db.t$branch_from_snap")) == rows(table, snapshot_id=2)
+    assert rows(catalog.get_table("db.t$branch_empty")) == []
+    table.delete_branch("from_snap")
+    assert table.list_branches() == ["empty", "from_tag"]
+    with pytest.raises(TableNotFoundError, match="from_snap"):
+        catalog.get_table("db.t$branch_from_snap")
+
+
+def test_branch_is_a_table_of_its_own_and_main_is_untouched(table, catalog):
+    main_before = rows(table)
+    main_snapshots = [s.id for s in table.snapshots()]
+    b = table.create_branch("b1", from_tag="t1")
+    forked = b.latest_snapshot().id
+    b.write(batch([2, 5], "b"))  # upsert and insert
+    b.delete(batch([1], "m"))
+    b.compact(full=True)
+    b.create_tag("bt")
+    b = b.add_column("extra", pa.int32())  # schema evolution on the branch alone
+    b.write(pa.table({"id": [6], "v": ["b6"], "extra": [60]}))
+    b = catalog.get_table("db.t$branch_b1")
+    assert b.branch == "b1" and [f.name for f in b.schema.fields] == ["id", "v", "extra"]
+    assert rows(b) == [(2, "b2", None), (3, "m3", None), (5, "b5", None), (6, "b6", 60)]
+    assert rows(b, tag="bt") == [(2, "b2"), (3, "m3"), (5, "b5")]  # time travel, old schema
+    assert rows(b, snapshot_id=forked) == [(1, "m1"), (2, "m2"), (3, "m3")]
+    changes = b.read_incremental(forked, forked + 1)
+    assert sorted(changes.column("id").to_pylist()) == [2, 5]
+    assert [t.name for t in b.list_tags()] == ["t1", "bt"]
+    # main: same rows, snapshots, schema and tags as before
+    main = catalog.get_table("db.t")
+    assert rows(main) == main_before
+    assert [s.id for s in main.snapshots()] == main_snapshots
+    assert [f.name for f in main.schema.fields] == ["id", "v"]
+    assert [t.name for t in main.list_tags()] == ["t1"]
+    listed = catalog.get_table("db.t$branch_b1$snapshots").to_arrow().column("snapshot_id").to_pylist()
+    assert listed == list(range(forked, b.latest_snapshot().id + 1))
+
+
+def test_the_branch_option_picks_the_branch(table, catalog):
+    table.create_branch("b1", from_tag="t1").write(batch([9], "b"))
+    schema = dataclasses.replace(table.schema, options={**table.schema.options, "branch": "b1"})
+    by_option = strata.Table(table.file_io, table.path, table.identifier, schema)
+    assert by_option.branch == "b1"
+    assert rows(by_option) == rows(catalog.get_table("db.t$branch_b1"))
+    assert (9, "b9") not in rows(table)
+
+
+def test_fast_forward_takes_snapshots_schemas_and_tags(table, catalog, warehouse_io):
+    table.create_tag("t2")  # on snapshot 2: the branch starts at 1, so t2 goes
+    b = table.create_branch("b1", from_tag="t1")
+    b.write(batch([7], "b"))
+    b = b.add_column("extra", pa.int32())
+    b.write(pa.table({"id": [8], "v": ["b8"], "extra": [80]}))
+    b.create_tag("bt")
+    expected, latest = rows(b), b.latest_snapshot().id
+    assert table.fast_forward("b1") == latest
+    main = catalog.get_table("db.t")
+    assert rows(main) == expected
+    assert [s.id for s in main.snapshots()] == list(range(1, latest + 1))
+    assert main.latest_snapshot() == b.latest_snapshot()
+    assert main.schema.id == 1 and [f.name for f in main.schema.fields] == ["id", "v", "extra"]
+    assert sorted(t.name for t in main.list_tags()) == ["bt", "t1"]
+    assert warehouse_io.read_bytes(f"{table.path}/snapshot/LATEST").decode() == str(latest)
+    main.write(pa.table({"id": [10], "v": ["m10"], "extra": [1]}))  # main goes on from there
+    assert main.latest_snapshot().id > latest and (10, "m10", 1) in rows(main)
+
+
+def test_fast_forward_with_fewer_snapshots_drops_mains_later_ones(table, catalog):
+    table.write(batch([5], "m"))
+    b = table.create_branch("b1", from_snapshot=2)  # the first write's compaction
+    assert rows(b) == [(1, "m1"), (2, "m2"), (3, "m3")]
+    assert table.fast_forward("b1") == 2
+    main = catalog.get_table("db.t")
+    assert [s.id for s in main.snapshots()] == [1, 2] and rows(main) == rows(b)
+    main.write(batch([6], "m"))
+    assert main.snapshot_manager.snapshot(3).commit_kind == "APPEND"
+    assert rows(main) == [(1, "m1"), (2, "m2"), (3, "m3"), (6, "m6")]
+
+
+def test_fast_forward_racing_a_main_commit_fails_whole(table, catalog):
+    b = table.create_branch("b1", from_tag="t1")
+    b.write(batch([7], "b"))
+    before, ids = rows(table), [s.id for s in table.snapshots()]
+
+    class CommitInside:  # a main commit lands between the plan and the lock
+        def __enter__(self):
+            table.write(batch([11], "m"))
+
+        def __exit__(self, *exc):
+            return False
+
+    with pytest.raises(CommitConflictError, match="conflicts with a commit to main"):
+        BranchManager(table.file_io, table.path).fast_forward("b1", lock=CommitInside)
+    assert rows(catalog.get_table("db.t")) == sorted([*before, (11, "m11")])
+    after = [s.id for s in catalog.get_table("db.t").snapshots()]
+    assert after[:len(ids)] == ids and all(s.commit_user != b.latest_snapshot().commit_user
+                                           for s in catalog.get_table("db.t").snapshots())
+
+
+def test_expiry_on_either_side_keeps_what_the_other_uses(table, catalog):
+    b = table.create_branch("b1", from_snapshot=table.latest_snapshot().id)  # not tagged: only the branch keeps it
+    branch_rows = rows(b)
+    for i in range(3):  # main rewrites everything the branch shares, then expires its history
+        table.write(batch([1, 2, 3, 4], f"x{i}"))
+        table.compact(full=True)
+    table.expire_snapshots(retain_min=1, retain_max=1)
+    assert [s.id for s in table.snapshots()] == [table.latest_snapshot().id]
+    b = catalog.get_table("db.t$branch_b1")
+    assert rows(b) == branch_rows  # every file of the branch's snapshot survived
+    main_rows = rows(table)
+    for i in range(3):  # and the reverse: the branch rewrites and expires the snapshot it forked
+        b.write(batch([1, 2, 3, 4], f"y{i}"))
+        b.compact(full=True)
+    b.expire_snapshots(retain_min=1, retain_max=1)
+    assert rows(catalog.get_table("db.t")) == main_rows
+    # orphan cleanup counts every branch's snapshots and tags: nothing live goes
+    branch_rows = rows(b)
+    table.remove_orphan_files(older_than=_now())
+    assert rows(catalog.get_table("db.t")) == main_rows
+    assert rows(catalog.get_table("db.t$branch_b1")) == branch_rows
+    # once the branch is gone, the files only it used are orphans
+    table.delete_branch("b1")
+    gone = table.remove_orphan_files(older_than=_now()).deleted
+    assert any("/bucket-0/data-" in p for p in gone) and any("/manifest/" in p for p in gone)
+    assert rows(catalog.get_table("db.t")) == main_rows
+
+
+def _now() -> int:
+    """A guard of now: every unreferenced file counts as old (no writer is in flight here)."""
+    return int(time.time() * 1000)
