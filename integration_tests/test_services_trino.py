@@ -104,7 +104,7 @@ def test_native_iceberg_catalog_writes_and_deletes(trino: Service, postgres: Ser
     query(trino, f"CREATE SCHEMA {schema}")
     try:
         assert query(trino, f"CREATE TABLE {schema}.nation AS SELECT * FROM tpch.tiny.nation") == [[25]]
-        assert query(trino, f"DELETE FROM {schema}.nation WHERE n_regionkey = 0") == [[5]]
+        assert query(trino, f"DELETE FROM {schema}.nation WHERE regionkey = 0") == [[5]]
         assert query(trino, f"SELECT count(*) FROM {schema}.nation") == [[20]]
         files = query(trino, f'SELECT content FROM {schema}."nation$files" ORDER BY content')
         assert [row[0] for row in files] == [0, 1]  # one data file, one position-delete file
