@@ -40,13 +40,16 @@ def validate_schema(schema: TableSchema, where: str) -> None:
     if schema.primary_keys and not set(schema.partition_keys) <= set(schema.primary_keys):
         raise SchemaMismatchError(
             f"primary key {schema.primary_keys} of table {where} must contain the partition keys "
-            f"{schema.partition_keys} (cross-partition upsert is not supported)")
+            f"{schema.partition_keys}: a key that moves between partitions needs Paimon's cross-partition "
+            "upsert mode (bucket=-1 with a global key index), which Strata does not support; add the "
+            "partition keys to the primary key, or drop the partitioning")
     core = opts.CoreOptions(schema.options)
     bucket = core.bucket
-    if schema.primary_keys and bucket < 1:
+    if schema.primary_keys and bucket == -2:
         raise SchemaMismatchError(
-            f"primary-key table {where} needs a fixed bucket count: set option 'bucket' to N > 0 "
-            "(dynamic and postpone buckets are not supported)")
+            f"primary-key table {where}: postpone bucket mode (bucket=-2) is not supported for writing (its "
+            "rows stay invisible until Paimon's postpone compaction assigns buckets); leave option 'bucket' "
+            "unset for dynamic buckets, or set a fixed bucket count N > 0")
     if not schema.primary_keys and bucket > 0 and not core.bucket_key():
         raise SchemaMismatchError(f"append table {where} with bucket={bucket} needs option 'bucket-key'")
     if not schema.primary_keys and bucket == -2:

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from strata import metrics
 from strata.errors import CommitFailedError
 from strata.fs import FileIO
-from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
+from strata.index.bucket_assigner import HashClaim, check_hash_claims
+from strata.index.hash_index import read_hashes
+from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, INDEX_TYPE_HASH, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
 from strata.operation.conflicts import apply_index_changes, check_conflicts, check_deletion_vector_conflicts
 from strata.operation.manifests import ManifestStore
@@ -46,6 +48,7 @@ class _Change:
     overwrite_partitions: list[bytes] | None = None  # None: not an overwrite; []: whole table
     changelog: list[ManifestEntry] = field(default_factory=list)
     index: list[IndexManifestEntry] = field(default_factory=list)  # deletion-vector files ADDed / DELETEd
+    hash_claims: list[HashClaim] = field(default_factory=list)  # new keys of dynamic-bucket index files
 
 
 class FileStoreCommit:
@@ -84,7 +87,8 @@ class FileStoreCommit:
         append_log = [e for m in messages for e in _entries(m, m.changelog_files, FileKind.ADD)]
         append_index = [e for m in messages for e in m.index_changes]
         if append or append_log or append_index:
-            changes.append(_Change(CommitKind.APPEND, append, changelog=append_log, index=append_index))
+            changes.append(_Change(CommitKind.APPEND, append, changelog=append_log, index=append_index,
+                                   hash_claims=[c for m in messages for c in m.hash_claims]))
         compact = [e for m in messages for e in (*_entries(m, m.compact_before, FileKind.DELETE),
                                                  *_entries(m, m.compact_after, FileKind.ADD))]
         compact_log = [e for m in messages for e in _entries(m, m.compact_changelog_files, FileKind.ADD)]
@@ -106,7 +110,11 @@ class FileStoreCommit:
             return CommitResult(skipped_as_duplicate=True)
         entries = [e for m in messages for e in _entries(m, m.new_files, FileKind.ADD)]
         changelog = [e for m in messages for e in _entries(m, m.changelog_files, FileKind.ADD)]
-        change = _Change(CommitKind.OVERWRITE, entries, overwrite_partitions=partitions or [], changelog=changelog)
+        # dynamic-bucket tables: the replaced partitions' hash index gives way to the writers' new one
+        hash_files = [e for m in messages for e in m.index_changes
+                      if e.index_type == INDEX_TYPE_HASH and e.kind == FileKind.ADD]
+        change = _Change(CommitKind.OVERWRITE, entries, overwrite_partitions=partitions or [], changelog=changelog,
+                         index=hash_files)
         return self._commit_changes([change], identifier, properties, None)
 
     def last_committed_identifier(self) -> int | None:
@@ -258,9 +266,14 @@ class FileStoreCommit:
         live = self.manifests.read_index_manifest(previous)
         if change.overwrite_partitions is not None:
             doomed = set(change.overwrite_partitions)  # empty: the whole table
-            live = [e for e in live
-                    if e.index_type != INDEX_TYPE_DELETION_VECTORS or (doomed and e.partition not in doomed)]
-        entries = apply_index_changes(live, change.index, self.table_path, whole_bucket=self.core.bucket > 0)
+            live = [e for e in live if e.index_type not in (INDEX_TYPE_DELETION_VECTORS, INDEX_TYPE_HASH)
+                    or (doomed and e.partition not in doomed)]
+        if change.hash_claims or any(e.index_type == INDEX_TYPE_HASH for e in change.index):
+            check_hash_claims(live, change.index, change.hash_claims,
+                              lambda e: read_hashes(self.file_io, self.table_path, e), self.table_path)
+        # primary-key tables keep one index file of a kind per bucket (dynamic buckets too)
+        whole_bucket = self.core.bucket > 0 or bool(self.schema.primary_keys)
+        entries = apply_index_changes(live, change.index, self.table_path, whole_bucket=whole_bucket)
         if not entries and previous is None:
             return None
         self._attempt_index_manifest = self.manifests.write_index_manifest(entries, self.paths)

@@ -22,6 +22,8 @@ class CommitMessage:
     # index files (deletion vectors) added or removed, with the new files / with the compaction
     index_changes: list[IndexManifestEntry] = field(default_factory=list)
     compact_index_changes: list[IndexManifestEntry] = field(default_factory=list)
+    # dynamic-bucket tables: the new keys each new HASH index file places (strata.index.HashClaim)
+    hash_claims: list[Any] = field(default_factory=list, compare=False, repr=False)
     # the log store's records of this commit (strata.log.kafka.LogCommittable), if any
     log: Any = field(default=None, compare=False, repr=False)
 

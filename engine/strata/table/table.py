@@ -92,10 +92,11 @@ class Table:
         return hook(self) if callable(hook) else None
 
     # -- builders (pypaimon-style) -------------------------------------------------------------
-    def new_write(self, commit_user: str | None = None) -> TableWrite:
+    def new_write(self, commit_user: str | None = None, overwrite: bool = False) -> TableWrite:
         """`commit_user`: the committer's, so the log store (log.system=kafka) can derive a stable
-        transactional id from it."""
-        return TableWrite(self, commit_user=commit_user)
+        transactional id from it; `overwrite`: the rows will replace their partitions (dynamic
+        buckets are then placed afresh)."""
+        return TableWrite(self, commit_user=commit_user, overwrite=overwrite)
 
     def new_commit(self, commit_user: str | None = None) -> TableCommit:
         return TableCommit(self, commit_user)
@@ -116,7 +117,7 @@ class Table:
         (whole table, or the static `partition`), 'overwrite-dynamic' (partitions written)."""
         if mode not in ("append", "overwrite", "overwrite-dynamic"):
             raise ValueError(f"unknown write mode {mode!r}: use append, overwrite or overwrite-dynamic")
-        with self.new_write(commit_user) as writer:
+        with self.new_write(commit_user, overwrite=mode != "append") as writer:
             writer.write_arrow(data, row_kind=row_kind)
             messages = writer.prepare_commit()
         commit = self.new_commit(commit_user)

@@ -15,7 +15,9 @@ from strata import metrics
 from strata.deletionvectors import BucketDeletionVectors
 from strata.errors import WriterClosedError
 from strata.format import binary_row
-from strata.format.bucket import bucket_ids
+from strata.format.bucket import bucket_ids, hash_rows
+from strata.index.bucket_assigner import DynamicBucketAssigner
+from strata.index.hash_index import read_hashes, write_hash_index
 from strata.io.data_file_reader import ColumnMapping, read_file
 from strata.io.data_file_writer import DataFileWriter, WriterConfig
 from strata.manifest.data_file_meta import DataFileMeta
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from strata.log.kafka import LogWriter
     from strata.table.table import Table
 
+POSTPONE_BUCKET = -2
 _VECTOR = object()  # a reader's `deleted` default: the positions the file's vector marks now
 PURGE_NICENESS = 10  # added to the purge thread's nice value: purges take the CPU commits leave
 
@@ -58,11 +61,13 @@ class TableWrite:
     """Accepts Arrow/pandas data for one table; `prepare_commit` returns the commit messages."""
 
     def __init__(self, table: Table, compaction: bool | None = None, commit_user: str | None = None,
-                 sequence_offset: int = 0):
+                 sequence_offset: int = 0, overwrite: bool = False):
         """`compaction` overrides `write-only` (True for the dedicated compaction job);
         `commit_user` names the writer for the log store's transactions (log.system=kafka);
         `sequence_offset` starts this writer's sequence numbers that far above the bucket's
-        current maximum, so parallel writers of one commit (Spark tasks) never tie on a key."""
+        current maximum, so parallel writers of one commit (Spark tasks) never tie on a key;
+        `overwrite`: the rows replace what their partitions hold, so dynamic buckets are placed
+        from an empty hash index (Paimon's ignore-previous-files)."""
         self.table = table
         self.commit_user = commit_user
         self.sequence_offset = sequence_offset
@@ -91,6 +96,7 @@ class TableWrite:
             self.schema, self.core.target_file_size(bool(self.schema.primary_keys)),
             "none" if compression == "uncompressed" else compression,
             int(level) if compression == "zstd" else None, self.core.stats_truncate_length())
+        self.assigner = self._new_assigner(overwrite)
         self.closed = False
         self.write_metrics = metrics.WriteMetrics(str(table.identifier), self.buffer_limit)
 
@@ -100,11 +106,13 @@ class TableWrite:
         """Write rows; `row_kind` gives per-row (or one) kind: '+I', '-U', '+U', '-D' or 0..3."""
         if self.closed:
             raise WriterClosedError(f"writer of {self.where} is closed")
-        if self.schema.primary_keys and self.num_buckets < 1:
-            # dynamic/postpone tables (created by other engines) place keys through a hash index
-            # Strata does not maintain: writing bucket-0 blindly would duplicate keys
-            raise NotImplementedError(f"writing to {self.where} with bucket={self.num_buckets} "
-                                      "(dynamic or postpone bucket mode) is not supported")
+        if self.schema.primary_keys and self.num_buckets == POSTPONE_BUCKET:
+            # postpone files wait in bucket-postpone for a compaction that assigns real buckets,
+            # which only Paimon's Flink/Spark jobs run: rows written here would stay invisible
+            raise NotImplementedError(
+                f"writing to {self.where} with bucket=-2 (postpone bucket mode) is not supported: its rows "
+                "stay invisible until Paimon's postpone compaction moves them into buckets; write it with "
+                "Paimon, or recreate the table with bucket=-1 (dynamic) or a fixed bucket count")
         table = to_arrow_table(data)
         kinds = row_kinds(table, row_kind, self.core.get_str("rowkind.field"), self.where)
         if kinds is not None and not self.schema.primary_keys and (kinds != 0).any():
@@ -141,9 +149,11 @@ class TableWrite:
         if self.num_buckets > 0:
             keys = [table.column(k).combine_chunks() for k in self.schema.bucket_keys()]
             buckets = bucket_ids(keys, self.num_buckets).astype(np.int64)
+        elif self.assigner is not None:
+            buckets = self._dynamic_buckets(table, part_codes, partitions)
         else:
             buckets = np.zeros(table.num_rows, dtype=np.int64)
-        width = max(self.num_buckets, 1)
+        width = max(self.num_buckets, int(buckets.max()) + 1, 1)
         groups = part_codes * width + buckets
         first = groups[0]
         if (groups == first).all():
@@ -158,6 +168,37 @@ class TableWrite:
             g = int(groups[chunk[0]])
             out.append(((partitions[g // width], g % width), chunk))
         return out
+
+    def _dynamic_buckets(self, table: pa.Table, part_codes: np.ndarray, partitions: list[bytes]) -> np.ndarray:
+        """Each row's bucket through its partition's hash index (dynamic bucket mode)."""
+        assert self.assigner is not None
+        hashes = hash_rows([table.column(k).combine_chunks() for k in self.schema.trimmed_primary_keys])
+        if len(partitions) == 1:
+            return self.assigner.assign(partitions[0], hashes)
+        buckets = np.empty(table.num_rows, dtype=np.int64)
+        order = np.argsort(part_codes, kind="stable")
+        cuts = np.flatnonzero(np.diff(part_codes[order])) + 1
+        for rows in np.split(order, cuts):
+            buckets[rows] = self.assigner.assign(partitions[int(part_codes[rows[0]])], hashes[rows])
+        return buckets
+
+    def _new_assigner(self, overwrite: bool) -> DynamicBucketAssigner | None:
+        if not self.schema.primary_keys or self.num_buckets != -1:
+            return None
+        file_io, table_path = self.table.file_io, self.table.path
+        entries = list if overwrite else self._index_entries
+        return DynamicBucketAssigner(entries, lambda e: read_hashes(file_io, table_path, e),
+                                     int(self.core.get("dynamic-bucket.target-row-num")),
+                                     int(self.core.get("dynamic-bucket.max-buckets")), self.where)
+
+    def _index_entries(self) -> list[IndexManifestEntry]:
+        """The live index files of the latest snapshot, read once per writer."""
+        if self._restored_index is None:
+            latest = self.table.snapshot_manager.latest()
+            self._restored_index = {}
+            for entry in self.table.manifest_store.read_index_manifest(latest.index_manifest if latest else None):
+                self._restored_index.setdefault((entry.partition, entry.bucket), []).append(entry)
+        return [e for entries in self._restored_index.values() for e in entries]
 
     def _partition_codes(self, table: pa.Table) -> tuple[np.ndarray, list[bytes]]:
         fields = self.schema.partition_fields()
@@ -261,17 +302,14 @@ class TableWrite:
         """The bucket's deletion vectors, restored from the latest snapshot (merge-on-write tables)."""
         if not self.core.get("deletion-vectors.enabled"):
             return None
-        if self._restored_index is None:
-            latest = self.table.snapshot_manager.latest()
-            self._restored_index = {}
-            for entry in self.table.manifest_store.read_index_manifest(latest.index_manifest if latest else None):
-                self._restored_index.setdefault((entry.partition, entry.bucket), []).append(entry)
+        self._index_entries()
+        assert self._restored_index is not None
         target = self.core.get("deletion-vectors.index-file.target-size") \
             or self.core.get("deletion-vector.index-file.target-size")
         return BucketDeletionVectors(self.table.file_io, self.paths, partition, max(bucket, 0),
                                      self._restored_index.get((partition, max(bucket, 0)), []),
                                      bool(self.core.get("deletion-vectors.bitmap64")),
-                                     int(target) if self.num_buckets < 1 else None)
+                                     int(target) if not self.schema.primary_keys and self.num_buckets < 1 else None)
 
     def _bound_memory(self) -> None:
         """Flush the largest buffers until the writer is back under half its budget."""
@@ -306,6 +344,8 @@ class TableWrite:
                 messages = list(pool.map(lambda w: w.prepare_commit(wait_compaction), writers))
         else:
             messages = [w.prepare_commit(wait_compaction) for w in writers]
+        if self.assigner is not None:
+            messages = self._with_hash_index(messages)
         messages = [m for m in messages if not m.is_empty()]
         self.write_metrics.committed([w.compaction.manager.levels for w in self.writers.values()
                                       if isinstance(w, KeyValueBucketWriter) and w.compaction.manager])
@@ -313,6 +353,24 @@ class TableWrite:
             committable = self._log.prepare()
             for m in messages:
                 m.log = committable
+        return messages
+
+    def _with_hash_index(self, messages: list[CommitMessage]) -> list[CommitMessage]:
+        """Add the new HASH index files of the buckets that got new keys (and their claims)."""
+        assert self.assigner is not None
+        by_bucket = {(m.partition, m.bucket): m for m in messages}
+        file_io, table_path = self.table.file_io, self.table.path
+        for partition, index in self.assigner.partitions.items():
+            def write(bucket: int, hashes: np.ndarray, partition: bytes = partition) -> IndexManifestEntry:
+                return write_hash_index(file_io, table_path, self.paths.new_index_file_name(), partition,
+                                        bucket, hashes)
+            for bucket, changes, claim in index.prepare_commit(write):
+                message = by_bucket.get((partition, bucket))
+                if message is None:
+                    message = by_bucket[(partition, bucket)] = CommitMessage(partition, bucket, -1)
+                    messages.append(message)
+                message.index_changes.extend(changes)
+                message.hash_claims.append(claim)
         return messages
 
     def _flush_all(self) -> None:

@@ -1,0 +1,245 @@
+"""Dynamic bucket assignment (Paimon's HashBucketAssigner / PartitionIndex), vectorized.
+
+A primary-key table with ``bucket = -1`` places each key through its partition's HASH index:
+a key whose hash is indexed stays in that bucket; a new hash goes to the first bucket (lowest id
+first) holding fewer than ``dynamic-bucket.target-row-num`` hashes, else to a new bucket with the
+lowest free id; past ``dynamic-bucket.max-buckets`` it goes to a random existing bucket, as in
+Paimon. The index of a partition is two sorted arrays (hash -> bucket): a large main part and a
+small delta merged into it now and then, so a batch is placed with np.unique and searchsorted.
+
+At each commit a bucket that got new hashes gets a new index file with all of its hashes; the
+commit message DELETEs the bucket's previous file and carries a `HashClaim` (the new hashes and
+the partition's index files this writer started from), which the committer checks against index
+files other writers committed meanwhile (check_hash_claims): one key never lands in two buckets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from strata.errors import CommitConflictError, OptionError
+from strata.manifest.index_manifest import INDEX_TYPE_HASH, IndexManifestEntry
+from strata.manifest.manifest_entry import FileKind
+
+MAX_DYNAMIC_BUCKETS = 32767  # bucket ids are Java shorts in Paimon's index
+_DELTA_MIN = 1 << 16  # the delta is merged into the main arrays past this size (or 1/8 of main)
+
+ReadHashes = Callable[[IndexManifestEntry], np.ndarray]
+
+
+@dataclass
+class HashClaim:
+    """What one bucket's new hash index file adds, for the committer's cross-writer check."""
+
+    partition: bytes
+    bucket: int
+    file_name: str  # the new index file
+    base: frozenset[str]  # the partition's HASH index files this writer's placement started from
+    new_hashes: np.ndarray = field(repr=False)  # hashes this writer placed in the bucket since then
+
+
+def _merge_sorted(hashes: np.ndarray, buckets: np.ndarray, more_h: np.ndarray,
+                  more_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    all_h = np.concatenate([hashes, more_h])
+    all_b = np.concatenate([buckets, more_b])
+    order = np.argsort(all_h, kind="stable")
+    return all_h[order], all_b[order]
+
+
+def _lookup(sorted_h: np.ndarray, sorted_b: np.ndarray, keys: np.ndarray, out: np.ndarray) -> None:
+    """Set `out` (buckets, -1 = unknown) for the `keys` found in the sorted arrays."""
+    if not len(sorted_h) or not len(keys):
+        return
+    pos = np.searchsorted(sorted_h, keys)
+    pos[pos == len(sorted_h)] = 0
+    found = sorted_h[pos] == keys
+    out[found] = sorted_b[pos[found]]
+
+
+class PartitionIndex:
+    """hash -> bucket of one partition, with each bucket's hash count and its live index file."""
+
+    def __init__(self, partition: bytes, entries: Sequence[IndexManifestEntry], read: ReadHashes,
+                 target_rows: int, max_buckets: int, where: str):
+        self.partition = partition
+        self.target_rows = target_rows
+        self.max_buckets = max_buckets
+        self.where = where
+        self.files: dict[int, IndexManifestEntry] = {e.bucket: e for e in entries}
+        parts_h = [np.asarray(read(e), dtype=np.int32) for e in entries]
+        parts_b = [np.full(len(h), e.bucket, dtype=np.int16) for h, e in zip(parts_h, entries, strict=True)]
+        self.counts: dict[int, int] = {e.bucket: len(h) for h, e in zip(parts_h, entries, strict=True)}
+        empty_h, empty_b = np.empty(0, np.int32), np.empty(0, np.int16)
+        self.main_h, self.main_b = _merge_sorted(empty_h, empty_b, np.concatenate(parts_h or [empty_h]),
+                                                 np.concatenate(parts_b or [empty_b]))
+        self.delta_h, self.delta_b = empty_h, empty_b
+        self.pending: dict[int, list[np.ndarray]] = {}  # bucket -> hashes placed since the last commit
+        self.base = frozenset(e.file_name for e in entries)
+        self.upper_bound_reached = False
+        self._rng = np.random.default_rng()
+
+    def assign(self, hashes: np.ndarray) -> np.ndarray:
+        """The bucket (int64) of each row's key hash; new hashes are placed and remembered."""
+        uniq, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        found = np.full(len(uniq), -1, dtype=np.int64)
+        _lookup(self.main_h, self.main_b, uniq, found)
+        unknown = found < 0
+        if unknown.any() and len(self.delta_h):
+            sub = found[unknown]
+            _lookup(self.delta_h, self.delta_b, uniq[unknown], sub)
+            found[unknown] = sub
+            unknown = found < 0
+        if unknown.any():
+            new_h = uniq[unknown]
+            arrival = np.argsort(first[unknown], kind="stable")  # place new keys in input order
+            placed = np.empty(len(new_h), dtype=np.int64)
+            placed[arrival] = self._place(len(new_h))
+            found[unknown] = placed
+            self._remember(new_h, placed)
+        return found[inverse.reshape(-1)]
+
+    def _place(self, count: int) -> np.ndarray:
+        """Buckets for `count` new hashes in arrival order: fill, then open, then spread."""
+        chosen: list[int] = []
+        sizes: list[int] = []
+        remaining = count
+        for bucket in sorted(self.counts):
+            free = self.target_rows - self.counts[bucket]
+            if remaining and free > 0:
+                take = min(free, remaining)
+                chosen.append(bucket)
+                sizes.append(take)
+                remaining -= take
+        limit = MAX_DYNAMIC_BUCKETS if self.max_buckets == -1 else self.max_buckets
+        candidate = 0
+        while remaining and not self.upper_bound_reached:
+            while candidate < limit and candidate in self.counts:
+                candidate += 1
+            if candidate >= limit:
+                if self.max_buckets == -1:
+                    raise OptionError(f"{self.where}: more than {limit} dynamic buckets in one partition; "
+                                      "raise dynamic-bucket.target-row-num")
+                self.upper_bound_reached = True
+                break
+            take = min(self.target_rows, remaining)
+            self.counts[candidate] = 0
+            chosen.append(candidate)
+            sizes.append(take)
+            remaining -= take
+        for bucket, size in zip(chosen, sizes, strict=True):
+            self.counts[bucket] += size
+        placed = np.repeat(np.asarray(chosen, dtype=np.int64), sizes)
+        if remaining:  # past max-buckets: a random existing bucket, as Paimon does
+            existing = np.asarray(sorted(self.counts), dtype=np.int64)
+            spread = existing[self._rng.integers(0, len(existing), remaining)]
+            for bucket, size in zip(*np.unique(spread, return_counts=True), strict=True):
+                self.counts[int(bucket)] += int(size)
+            placed = np.concatenate([placed, spread])
+        return placed
+
+    def _remember(self, hashes: np.ndarray, buckets: np.ndarray) -> None:
+        small = buckets.astype(np.int16)
+        self.delta_h, self.delta_b = _merge_sorted(self.delta_h, self.delta_b, hashes, small)
+        if len(self.delta_h) > max(_DELTA_MIN, len(self.main_h) // 8):
+            self.main_h, self.main_b = _merge_sorted(self.main_h, self.main_b, self.delta_h, self.delta_b)
+            self.delta_h, self.delta_b = self.delta_h[:0], self.delta_b[:0]
+        order = np.argsort(buckets, kind="stable")
+        cuts = np.flatnonzero(np.diff(buckets[order])) + 1
+        for chunk in np.split(order, cuts):
+            self.pending.setdefault(int(buckets[chunk[0]]), []).append(hashes[chunk])
+
+    def bucket_hashes(self, bucket: int) -> np.ndarray:
+        """Every hash of the bucket, sorted (its index file's content)."""
+        parts = [self.main_h[self.main_b == bucket], self.delta_h[self.delta_b == bucket]]
+        return np.unique(np.concatenate(parts))
+
+    def prepare_commit(self, write: Callable[[int, np.ndarray], IndexManifestEntry]
+                       ) -> list[tuple[int, list[IndexManifestEntry], HashClaim]]:
+        """New index files for the buckets that got hashes: (bucket, index changes, claim) each."""
+        out = []
+        base = frozenset(e.file_name for e in self.files.values())
+        for bucket in sorted(self.pending):
+            added = write(bucket, self.bucket_hashes(bucket))
+            changes = [added]
+            previous = self.files.get(bucket)
+            if previous is not None:
+                changes.insert(0, IndexManifestEntry(FileKind.DELETE, previous.partition, previous.bucket,
+                                                     INDEX_TYPE_HASH, previous.file_name, previous.file_size,
+                                                     previous.row_count, external_path=previous.external_path))
+            new = np.concatenate(self.pending[bucket])
+            out.append((bucket, changes, HashClaim(self.partition, bucket, added.file_name, base, new)))
+            self.files[bucket] = added
+        self.pending.clear()
+        return out
+
+
+class DynamicBucketAssigner:
+    """The partition indexes of one writer, loaded from the latest snapshot's HASH index files."""
+
+    def __init__(self, index_entries: Callable[[], Sequence[IndexManifestEntry]], read: ReadHashes,
+                 target_rows: int, max_buckets: int, where: str):
+        if max_buckets != -1 and not 0 < max_buckets <= MAX_DYNAMIC_BUCKETS:
+            raise OptionError(f"{where}: dynamic-bucket.max-buckets must be -1 or between 1 and "
+                              f"{MAX_DYNAMIC_BUCKETS}, got {max_buckets}")
+        if target_rows < 1:
+            raise OptionError(f"{where}: dynamic-bucket.target-row-num must be positive, got {target_rows}")
+        self._index_entries = index_entries
+        self.read = read
+        self.target_rows = target_rows
+        self.max_buckets = max_buckets
+        self.where = where
+        self.partitions: dict[bytes, PartitionIndex] = {}
+        self._hash_files: dict[bytes, list[IndexManifestEntry]] | None = None
+
+    def partition(self, partition: bytes) -> PartitionIndex:
+        index = self.partitions.get(partition)
+        if index is None:
+            if self._hash_files is None:
+                self._hash_files = {}
+                for e in self._index_entries():
+                    if e.index_type == INDEX_TYPE_HASH:
+                        self._hash_files.setdefault(e.partition, []).append(e)
+            index = PartitionIndex(partition, self._hash_files.get(partition, []), self.read,
+                                   self.target_rows, self.max_buckets, self.where)
+            self.partitions[partition] = index
+        return index
+
+    def assign(self, partition: bytes, hashes: np.ndarray) -> np.ndarray:
+        return self.partition(partition).assign(hashes)
+
+
+def check_hash_claims(live: Sequence[IndexManifestEntry], changes: Sequence[IndexManifestEntry],
+                      claims: Sequence[HashClaim], read: ReadHashes, where: str) -> None:
+    """Refuse a commit that would put one key hash in two buckets of a partition: a bucket's
+    index file it replaces must still be live, and the hashes it places anew must not be in
+    another writer's index files committed since its placement started, nor placed in another
+    bucket by another writer of the same commit."""
+    restart = ("; the writer must restart from the latest snapshot (dynamic-bucket tables take "
+               "one writer per partition at a time)")
+    live_names = {e.file_name for e in live}
+    for entry in changes:
+        if entry.index_type == INDEX_TYPE_HASH and entry.kind == FileKind.DELETE and entry.file_name not in live_names:
+            raise CommitConflictError(
+                f"hash index file {entry.file_name} of bucket {entry.bucket} of {where} was replaced by a "
+                f"concurrent commit that placed keys in it{restart}")
+    ours = {c.file_name for c in claims}
+    by_partition: dict[bytes, list[HashClaim]] = {}
+    for claim in claims:
+        by_partition.setdefault(claim.partition, []).append(claim)
+    for partition, group in by_partition.items():
+        placed = np.concatenate([c.new_hashes for c in group])
+        if len(np.unique(placed)) < len(placed):
+            raise CommitConflictError(
+                f"two writers of one commit to {where} placed the same new key in different buckets of one "
+                "partition; distribute rows by partition (one writer per partition)")
+        others = [e for e in live if e.index_type == INDEX_TYPE_HASH and e.partition == partition
+                  and e.file_name not in ours]
+        for claim in group:
+            for entry in others:
+                if entry.file_name not in claim.base and np.isin(claim.new_hashes, read(entry)).any():
+                    raise CommitConflictError(
+                        f"a concurrent commit placed keys of {where} in bucket {entry.bucket} (hash index "
+                        f"file {entry.file_name}) that this commit places in bucket {claim.bucket}{restart}")
