@@ -625,9 +625,22 @@ def cmd_compact(catalog: Catalog, args: argparse.Namespace) -> int:
         table = catalog.get_table(name)
         partitions = [_partition_spec(table, spec) for spec in args.partition.split(";")] if args.partition else None
         result = table.compact(full=args.full, partition=partitions, sort_by=sort_by, sort_strategy=strategy)
-        ids = ", ".join(str(i) for i in result.snapshot_ids) or "nothing to compact"
-        print(f"compacted {table.identifier}: {ids}")
+        print(f"{table.identifier}: {_compaction_summary(table, result.snapshot_ids)}")
     return 0
+
+
+def _compaction_summary(table: Table, snapshot_ids: list[int]) -> str:
+    """What a compaction did, from its snapshots' delta manifests: 'compacted 12 data files into 3
+    (snapshot 4)', or that there was nothing to compact."""
+    if not snapshot_ids:
+        return "nothing to compact, no snapshot"
+    store = table.manifest_store
+    metas = [m for sid in snapshot_ids
+             for m in store.read_manifest_list(table.snapshot_manager.snapshot(sid).delta_manifest_list)]
+    rewritten, written = sum(m.num_deleted_files for m in metas), sum(m.num_added_files for m in metas)
+    label = "snapshot" if len(snapshot_ids) == 1 else "snapshots"
+    return (f"compacted {rewritten} data file{'s' if rewritten != 1 else ''} into {written} "
+            f"({label} {', '.join(str(i) for i in snapshot_ids)})")
 
 
 def _partition_spec(table: Table, spec: str) -> dict[str, object]:

@@ -15,7 +15,15 @@ class SchemaMismatchError(StrataError, ValueError):
     """Data written does not match the table schema (missing column, wrong type, null key...)."""
 
 
-class TableNotFoundError(StrataError, KeyError):
+class _NotFoundError(StrataError, KeyError):
+    """A KeyError (callers may catch it as one) that prints its message as written: KeyError's
+    own str() is the repr of its argument, quotes and escapes included."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
+class TableNotFoundError(_NotFoundError):
     pass
 
 
@@ -23,7 +31,7 @@ class TableAlreadyExistsError(StrataError):
     pass
 
 
-class DatabaseNotFoundError(StrataError, KeyError):
+class DatabaseNotFoundError(_NotFoundError):
     pass
 
 
@@ -51,5 +59,5 @@ class CorruptDataError(StrataError):
     """A data file is truncated or unreadable."""
 
 
-class SnapshotNotFoundError(StrataError, KeyError):
+class SnapshotNotFoundError(_NotFoundError):
     pass

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -635,10 +636,11 @@ def write_textfile(path: str) -> None:
     """Write this process's Strata metrics (``strata_*``; not the process/runtime ones, which mean
     nothing once a short-lived job has exited) to `path` atomically, in the text format the Strata
     exporter's METRICS_TEXTFILE_DIR and node exporter's textfile collector read. Name the file
-    after the job (``<job>.prom``)."""
+    after the job (``<job>.prom``); its directory is created if missing."""
     prom = _require()
     registry = prom.CollectorRegistry(auto_describe=False)
     registry.register(_StrataOnly(prom.REGISTRY))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     prom.write_to_textfile(path, registry)
 
 

@@ -7,6 +7,7 @@ are kept untouched when reading.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -215,11 +216,17 @@ def validate(options: Mapping[str, str], context: str) -> None:
         if option is None:
             if any(p.match(key) for p in _PATTERNS):
                 continue
-            raise OptionError(f"unknown option {key!r} for {context}")
+            raise OptionError(f"unknown option {key!r} for {context}{_did_you_mean(key)}")
         try:
             option.parse(str(value))
         except ValueError as exc:
             raise OptionError(f"invalid value {value!r} for option {key!r} of {context}: {exc}") from None
+
+
+def _did_you_mean(key: str) -> str:
+    """'; did you mean 'bucket'?' for a near miss of a known option, else ''."""
+    close = difflib.get_close_matches(key, OPTIONS, n=1, cutoff=0.8)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 class CoreOptions:

@@ -65,8 +65,9 @@ def _cast(column: pa.ChunkedArray, target: pa.DataType, name: str, where: str) -
             if pa.types.is_integer(source) and pa.types.is_decimal(target):
                 column = pc.cast(column, pa.decimal128(20, 0))  # wide enough for any integer
             cast = pc.cast(column, target, safe=True)
-            if not _same_values(column, cast):
-                problem = "values would change"
+            changed = _changed(column, cast)
+            if changed is not None and pc.any(changed).as_py():
+                problem = f"values would change, e.g. {_first_change(column, cast, changed)}"
             else:
                 return cast
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -91,22 +92,29 @@ def _family(t: pa.DataType) -> str:
     return str(t)  # boolean, nested: only the same type converts
 
 
-def _same_values(before: pa.ChunkedArray, after: pa.ChunkedArray) -> bool:
-    """Casts Arrow deems safe but that can still alter values: float -> decimal (rounding),
-    timestamp -> date (time of day), double -> float (overflow to infinity)."""
+def _changed(before: pa.ChunkedArray, after: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """Where a cast Arrow deems safe still alters values (None: it cannot): float -> decimal past
+    the decimal's scale (Arrow rounds), timestamp -> date (time of day), double -> float (overflow
+    to infinity)."""
     source, target = before.type, after.type
     if pa.types.is_floating(source) and pa.types.is_decimal(target):
-        return _all_equal(pc.cast(after, pa.float64()), pc.cast(before, pa.float64()))
+        # a double fits the scale when rounding it there keeps it: 19.99 fits DECIMAL(10,2), 1.005
+        # (the double 1.00499999...) does not; comparing the decimal's double instead would refuse
+        # 19.99 too, as Arrow's decimal -> double is not correctly rounded
+        return pc.not_equal(pc.round(before, target.scale), before)
     if pa.types.is_timestamp(source) and pa.types.is_date(target):
-        return _all_equal(pc.cast(after, source), before)
+        return pc.not_equal(pc.cast(after, source), before)
     if pa.types.is_floating(source) and pa.types.is_floating(target):
-        overflow = pc.and_(pc.is_finite(before), pc.invert(pc.is_finite(after)))
-        return not pc.any(overflow).as_py()
-    return True
+        return pc.and_(pc.is_finite(before), pc.invert(pc.is_finite(after)))
+    return None
 
 
-def _all_equal(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
-    return pc.all(pc.equal(a, b)).as_py() is not False  # nulls stay nulls
+def _first_change(before: pa.ChunkedArray, after: pa.ChunkedArray, changed: pa.ChunkedArray) -> str:
+    """'row 3: 1.005 would become 1.00' for the first value the cast alters."""
+    row = pc.index(changed, True).as_py()
+    hint = "; round them to the column's scale first, or give decimal values" \
+        if pa.types.is_decimal(after.type) else ""
+    return f"row {row}: {before[row].as_py()!r} would become {after[row].as_py()!s}{hint}"
 
 
 def row_kinds(data: pa.Table, kinds: pa.Array | np.ndarray | list[str] | str | None,

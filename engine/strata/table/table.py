@@ -127,7 +127,12 @@ class Table:
         return commit.overwrite(messages, partition, ident, dynamic=mode == "overwrite-dynamic")
 
     def delete(self, keys: pa.Table | pd.DataFrame) -> CommitResult:
-        """Delete rows by primary key (the data must carry every column)."""
+        """Delete rows by primary key: `keys` holds the primary-key columns (and the partition
+        columns outside the key); other columns may be left out."""
+        from strata.table.conform import deletion_keys, to_arrow_table
+
+        if self.schema.primary_keys:
+            keys = deletion_keys(to_arrow_table(keys), self.schema, str(self.identifier))
         return self.write(keys, row_kind="-D")
 
     def delete_where(self, predicate: Predicate, commit_user: str | None = None,

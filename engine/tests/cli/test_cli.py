@@ -272,4 +272,8 @@ def test_compact_command_merges_level_zero_runs(tmp_path, capsys) -> None:
     assert ("x", 0) not in levels and ("y", 0) in levels  # only partition x was compacted
     assert main(["--warehouse", warehouse, "compact", "db", "--database", "--full"]) == 0
     assert all(f.level > 0 for s in table.scan() for f in s.files)
-    assert "compacted db.c" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "db.c: compacted 3 data files into 1 (snapshot 4)"  # partition x's runs
+    assert out[1] == "db.c: compacted 3 data files into 1 (snapshot 5)"  # y's runs; x is done
+    assert main(["--warehouse", warehouse, "compact", "db.c", "--full"]) == 0
+    assert capsys.readouterr().out == "db.c: nothing to compact, no snapshot\n"

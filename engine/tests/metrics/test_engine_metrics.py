@@ -345,7 +345,7 @@ def test_serve_metrics_on_loopback(catalog: strata.Catalog, storage: str) -> Non
 
 def test_write_textfile_has_only_strata_metrics(catalog: strata.Catalog, tmp_path: Path) -> None:
     pk_table(catalog, "textfile").write(rows(range(3)))
-    path = tmp_path / "job.prom"
+    path = tmp_path / "not" / "yet" / "job.prom"  # its directory is created
     metrics.write_textfile(str(path))
     families = {f.name for f in text_string_to_metric_families(path.read_text())}
     assert "strata_commits" in families
