@@ -161,10 +161,15 @@ def test_overwrite_whole_table_static_partition_and_dynamic(session: SparkSessio
 
     # rows outside the static partition are refused; nothing is committed and no file is left
     before = (table.snapshot_manager.latest_id(), data_files(catalog, "db.t"))
-    with pytest.raises(Exception, match="got rows of partition"):
+    with pytest.raises(Exception, match="got rows of partition") as refused:
         (orders_df(session, range(0, 30)).write.format("strata").mode("overwrite")
          .option("overwrite-partition", "dt=2024-01-01").save(target))
     assert (table.snapshot_manager.latest_id(), data_files(catalog, "db.t")) == before
+    # the cause is the message's first line, not the last line of a traceback
+    first_line = str(refused.value).splitlines()[0]
+    assert "ValueError: overwrite of partition {'dt': '2024-01-01'} of table db.t got rows of partition" \
+        in first_line, str(refused.value)
+    assert "Traceback" not in str(refused.value)
 
 
 def test_overwrite_of_a_pk_table_and_idempotent_batch_commits(session: SparkSession, catalog: strata.Catalog) -> None:

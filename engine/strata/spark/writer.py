@@ -51,10 +51,12 @@ setting (e.g. 100,000) also saves Spark's per-batch conversion work.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -298,6 +300,28 @@ def _check_log_store(table: Table) -> None:
                           "log.consistency=eventual or write with Strata's own writer")
 
 
+_Commit = TypeVar("_Commit", bound=Callable[..., None])
+
+
+def cause_first(commit: _Commit) -> _Commit:
+    """Spark reports a failed commit as 'Failed to commit or abort Python data source write: '
+    followed by the commit worker's traceback, the cause last after every frame. The traceback goes
+    to the driver's log instead and the message is the error alone ('ValueError: ...'): the worker
+    formats it under SPARK_HIDE_TRACEBACK (pyspark.util.handle_worker_exception), and exits after a
+    failure (pyspark.sql.worker.utils.worker_run), so the setting ends with it."""
+
+    @functools.wraps(commit)
+    def surfacing(*args: Any, **kwargs: Any) -> None:
+        try:
+            commit(*args, **kwargs)
+        except Exception:
+            log.exception("Spark commit failed")
+            os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+            raise
+
+    return surfacing  # type: ignore[return-value]
+
+
 class _Committer:
     """Settings shared by the batch and streaming writers (created on the driver, pickled to
     the executors and to the driver-side commit worker)."""
@@ -367,6 +391,7 @@ class StrataBatchWriter(_Committer, DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StrataWriterMessage:
         return write_task(self.ref, iterator, self.write_only, self.commit_user, self.watermark_column)
 
+    @cause_first
     def commit(self, messages: list[Any]) -> None:
         table = self.ref.load()
         files = collect(messages)
@@ -406,6 +431,7 @@ class StrataStreamWriter(_Committer, DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StrataWriterMessage:
         return write_task(self.ref, iterator, self.write_only, self.commit_user, self.watermark_column)
 
+    @cause_first
     def commit(self, messages: list[Any], batchId: int) -> None:
         table = self.ref.load()
         files = collect(messages)
