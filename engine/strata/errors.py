@@ -61,3 +61,8 @@ class CorruptDataError(StrataError):
 
 class SnapshotNotFoundError(_NotFoundError):
     pass
+
+
+class FilterError(StrataError, ValueError):
+    """A filter that cannot be bound to the table: an unknown column, or a literal that does not
+    convert to its column's type (the message names both, with their types)."""

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from strata.errors import CorruptDataError
+from strata.errors import CorruptDataError, FilterError, SchemaMismatchError
 from strata.fs import FileIO
 from strata.io.arrays import scalar, to_numpy
 from strata.scan.predicate import ColumnStats, Predicate
@@ -73,8 +73,28 @@ class ColumnMapping:
                 arrays.append(pa.nulls(batch.num_rows, target))
                 continue
             column = batch.column(src)
-            arrays.append(column if column.type == target else column.cast(target))
+            arrays.append(column if column.type == target else _cast(column, target, name, src))
         return pa.Table.from_arrays(arrays, names=self.wanted)
+
+
+def _cast(column: pa.ChunkedArray, target: pa.DataType, name: str, source: str) -> pa.ChunkedArray:
+    """A column read under an older schema, cast to the current type (the file itself is fine)."""
+    try:
+        return column.cast(target)
+    except pa.ArrowException as exc:
+        raise SchemaMismatchError(f"column {name!r} (written as {source!r} of type {column.type}) does not "
+                                  f"cast to {target}: {exc}") from None
+
+
+def _filtered(table: pa.Table, expression: pc.Expression) -> pa.Table:
+    """`table.filter`, a failure reported as the filter's: the file decoded fine. Bound
+    predicates (strata.scan.predicate.bind) do not fail; this names what slipped through."""
+    try:
+        return table.filter(expression)
+    except pa.ArrowException as exc:
+        raise FilterError(f"filter {expression} cannot be evaluated on columns "
+                          f"{dict(zip(table.column_names, map(str, table.schema.types), strict=True))}: "
+                          f"{exc}") from None
 
 
 def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None = None,
@@ -122,7 +142,7 @@ def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predic
         for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=groups, columns=decoded,
                                           use_threads=use_threads):
             table = mapping.apply(_with_constants(batch, constants))
-            yield table if expression is None else table.filter(expression)
+            yield table if expression is None else _filtered(table, expression)
 
 
 def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
@@ -287,7 +307,7 @@ def _live_rows(table: pa.Table, offset: int, dead: np.ndarray, positions: bool,
     n = table.num_rows
     if positions or len(dead):
         table = table.append_column(ROW_POSITION, pa.array(np.arange(offset, offset + n, dtype=np.int64)))
-    table = table.filter(expression)
+    table = _filtered(table, expression)
     if len(dead) and table.num_rows:
         at = to_numpy(table.column(ROW_POSITION)) - offset
         table = table.filter(pa.array(~np.isin(at, dead, assume_unique=True)))

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from strata.deletionvectors import BucketDeletionVectors, deleted_positions
-from strata.errors import CommitConflictError, SchemaMismatchError
+from strata.errors import CommitConflictError
 from strata.io.data_file_reader import ROW_POSITION, ColumnMapping, read_file
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind
 from strata.scan.planner import DataSplit
-from strata.scan.predicate import Predicate
+from strata.scan.predicate import Predicate, bind
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
 from strata.table.commit_message import CommitMessage
 
@@ -70,7 +70,7 @@ def delete_where(table: Table, predicate: Predicate, commit_user: str | None = N
                  identifier: int | None = None) -> DeleteResult:
     """Delete the rows `predicate` selects (see the module's docstring); `identifier` is the
     commit identifier (a streaming batch id: see ``last_committed_identifier``)."""
-    _check(table, predicate)
+    predicate = _check(table, predicate)
     if table.schema.primary_keys:
         return _delete_keys(table, predicate, commit_user, identifier)
     retries = int(table.core.get("commit.max-retries"))
@@ -94,7 +94,7 @@ def delete_where(table: Table, predicate: Predicate, commit_user: str | None = N
 def prepare_delete(table: Table, predicate: Predicate, snapshot: Snapshot | None = None) -> PreparedDelete:
     """Mark the rows `predicate` selects in the vectors of `snapshot` (default: the latest) and
     write the new index files; the messages commit them."""
-    _check(table, predicate)
+    predicate = _check(table, predicate)
     if table.schema.primary_keys:
         raise ValueError(f"prepare_delete marks deletion vectors of append tables; {table.identifier} has a "
                          "primary key (use delete_where)")
@@ -139,17 +139,17 @@ def prepare_delete(table: Table, predicate: Predicate, snapshot: Snapshot | None
     return PreparedDelete(snapshot.id, messages, rows, sum(len(m) for m in by_bucket.values()))
 
 
-def _check(table: Table, predicate: Predicate) -> None:
+def _check(table: Table, predicate: Predicate) -> Predicate:
+    """The predicate bound to the table (FilterError names an unknown column or a bad literal)."""
     if predicate is None:
         raise ValueError(f"delete_where on {table.identifier} needs a predicate (strata.col(...)); "
                          "to empty a table, overwrite it")
-    unknown = sorted(predicate.fields() - set(table.schema.field_names))
-    if unknown:
-        raise SchemaMismatchError(f"delete predicate names unknown column(s) {unknown} of table "
-                                  f"{table.identifier}; columns are {table.schema.field_names}")
+    bound = bind(predicate, table.schema)
+    assert bound is not None
     if not table.schema.primary_keys and not table.core.get("deletion-vectors.enabled"):
         raise ValueError(f"delete_where on append table {table.identifier} needs deletion vectors: set "
                          "'deletion-vectors.enabled' = 'true' (rows are marked, files are not rewritten)")
+    return bound
 
 
 def _matching_positions(table: Table, predicate: Predicate, split: DataSplit, f: DataFileMeta) -> np.ndarray:

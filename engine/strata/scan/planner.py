@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from strata import metrics
 from strata.deletionvectors import DeletionFile, deletion_files
-from strata.errors import SchemaMismatchError, SnapshotNotFoundError
+from strata.errors import SnapshotNotFoundError
 from strata.format import binary_row
 from strata.format.bucket import bucket_ids
 from strata.manifest.codec import gc_paused
@@ -17,7 +17,7 @@ from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, live_files, merge_entries
 from strata.manifest.manifest_file_meta import ManifestFileMeta
 from strata.manifest.simple_stats import SimpleStats
-from strata.scan.predicate import And, ColumnStats, Leaf, Not, Or, Predicate, equality_literals, only_fields
+from strata.scan.predicate import ColumnStats, Predicate, bind, equality_literals, only_fields
 from strata.snapshot.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -65,20 +65,6 @@ class Plan:
     stats: ScanStats
 
 
-def _refuse_nested_comparisons(predicate: Predicate | None, schema: Any) -> None:
-    """ARRAY / MAP / MULTISET columns have no min/max and no comparison kernel: only IS [NOT] NULL."""
-    if isinstance(predicate, And | Or):
-        _refuse_nested_comparisons(predicate.left, schema)
-        _refuse_nested_comparisons(predicate.right, schema)
-    elif isinstance(predicate, Not):
-        _refuse_nested_comparisons(predicate.child, schema)
-    elif isinstance(predicate, Leaf) and predicate.field in schema.field_names:
-        dtype = schema.field(predicate.field).type
-        if dtype.is_nested and predicate.op not in ("is_null", "is_not_null"):
-            raise SchemaMismatchError(f"cannot filter column {predicate.field!r} of type {dtype} with "
-                                      f"{predicate.op!r}: {dtype.root} columns only support is_null / is_not_null")
-
-
 class TableScan:
     def __init__(self, table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
                  tag: str | None = None, filter: Predicate | None = None, read_optimized: bool = False):
@@ -86,12 +72,12 @@ class TableScan:
         # $ro: primary-key tables read only their top level (fully merged, possibly stale), with
         # deletion vectors too (Paimon's ReadOptimizedTable)
         self.top_level = table.core.num_levels - 1 if read_optimized and table.schema.primary_keys else None
-        self.filter = filter
+        schema = table.schema
+        # bound once: partition, bucket and statistics pruning compare the same typed literals
+        self.filter = filter = bind(filter, schema)
         self._snapshot_id = snapshot_id
         self._timestamp = timestamp_millis
         self._tag = tag
-        schema = table.schema
-        _refuse_nested_comparisons(filter, schema)
         self.partition_fields = schema.partition_fields()
         self.partition_filter = only_fields(filter, set(schema.partition_keys))
         stat_fields = set(schema.trimmed_primary_keys) if schema.primary_keys else set(schema.field_names)

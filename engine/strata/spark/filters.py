@@ -4,13 +4,15 @@ A filter converts only when Strata evaluates it exactly as Spark does, both on r
 min/max statistics; everything else stays with Spark. Not converted:
 - columns of FLOAT/DOUBLE (Spark orders NaN above every number and NaN = NaN is true; Arrow
   comparisons with NaN are false), and nested column paths;
-- literals that do not fit the column's type exactly (e.g. 1.5 for an INT column, a
-  microsecond timestamp for a TIMESTAMP(3) column), and IN lists holding NULL;
+- literals the shared binding (strata.scan.predicate.bind) refuses for the column, NULL
+  literals, and timestamps whose zone does not match the column's (Spark gives naive datetimes
+  for TIMESTAMP_NTZ, aware ones for TIMESTAMP);
 - EqualNullSafe, StringEndsWith, StringContains.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from functools import reduce
 from typing import Any
@@ -30,7 +32,8 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from strata.scan.predicate import And, Leaf, Predicate
+from strata.errors import FilterError
+from strata.scan.predicate import And, Leaf, Predicate, bind
 from strata.scan.predicate import Not as StrataNot
 from strata.schema.table_schema import TableSchema
 from strata.schema.types import NESTED_ROOTS
@@ -49,8 +52,8 @@ class _Unconvertible(Exception):
 def to_predicate(spark_filter: Filter, schema: TableSchema) -> Predicate | None:
     """The Strata predicate equivalent to `spark_filter`, or None if there is none."""
     try:
-        return _convert(spark_filter, schema)
-    except _Unconvertible:
+        return bind(_convert(spark_filter, schema), schema)
+    except (_Unconvertible, FilterError):
         return None
 
 
@@ -79,7 +82,7 @@ def _convert(f: Filter, schema: TableSchema) -> Predicate:
     if op is not None:
         return Leaf(name, op, (_literal(f.value, arrow_type),))  # type: ignore[attr-defined]
     if isinstance(f, In):
-        values = tuple(_literal(v, arrow_type) for v in f.value)
+        values = tuple(None if v is None else _literal(v, arrow_type) for v in f.value)  # SQL: NULL never matches
         if not values:
             raise _Unconvertible
         return Leaf(name, "in", values)
@@ -106,29 +109,11 @@ def _column(f: Filter, schema: TableSchema) -> tuple[str, pa.DataType]:
 
 
 def _literal(value: Any, arrow_type: pa.DataType) -> Any:
-    """The value as the column's own Python form (what statistics decode to), if exact."""
+    """Spark's value, bound to the column's type later (`bind`); timestamps only when their zone
+    matches the column's (a naive value for a zoned column would be read as UTC)."""
     if value is None:
         raise _Unconvertible
-    try:
-        scalar = pa.scalar(value, type=arrow_type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
-        raise _Unconvertible from None
-    converted = scalar.as_py()
-    try:
-        same = (converted == value and type(converted) is type(value)) or _same_instant(converted, value)
-    except TypeError:
-        same = False
-    if not same:
+    if pa.types.is_timestamp(arrow_type) and isinstance(value, dt.datetime) \
+            and (value.tzinfo is None) != (arrow_type.tz is None):
         raise _Unconvertible
-    return converted
-
-
-def _same_instant(a: Any, b: Any) -> bool:
-    """Timestamps: an aware literal for an aware column compares by instant."""
-    import datetime as dt
-
-    if isinstance(a, dt.datetime) and isinstance(b, dt.datetime):
-        if (a.tzinfo is None) != (b.tzinfo is None):
-            return False
-        return a == b
-    return False
+    return value

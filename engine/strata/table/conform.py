@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -149,3 +150,38 @@ def _code(kind: str, where: str) -> int:
         return ROW_KIND_CODES[kind]
     except KeyError:
         raise SchemaMismatchError(f"invalid row kind {kind!r} written to {where}; use +I, -U, +U or -D") from None
+
+
+def deletion_keys(data: pa.Table, schema: TableSchema, where: str) -> pa.Table:
+    """Rows deleting `data`'s keys from a primary-key table: the primary-key columns (and partition
+    columns outside the key) must be there; the other columns are filled in (null, or a zero value
+    for NOT NULL ones: a deletion's values are never read)."""
+    required = list(dict.fromkeys([*schema.primary_keys, *schema.partition_keys]))
+    missing = [n for n in required if n not in data.column_names]
+    if missing:
+        raise SchemaMismatchError(f"keys deleted from {where} lack key column(s) {missing}; a deletion "
+                                  f"needs {required}")
+    for f in schema.fields:
+        if f.name not in data.column_names:
+            data = data.append_column(f.name, _filler(f.type.to_arrow(), f.type.nullable, data.num_rows))
+    return data
+
+
+def _filler(arrow_type: pa.DataType, nullable: bool, rows: int) -> pa.Array:
+    nulls = pa.nulls(rows, arrow_type)
+    if nullable or pa.types.is_nested(arrow_type):
+        return nulls
+    return nulls.fill_null(_zero(arrow_type))
+
+
+def _zero(arrow_type: pa.DataType) -> pa.Scalar:
+    if pa.types.is_string(arrow_type):
+        return pa.scalar("", arrow_type)
+    if pa.types.is_binary(arrow_type):
+        return pa.scalar(b"", arrow_type)
+    if pa.types.is_boolean(arrow_type):
+        return pa.scalar(False)
+    if pa.types.is_decimal(arrow_type):
+        return pa.scalar(Decimal(0), arrow_type)
+    # numbers, dates, times and timestamps: zero (the epoch)
+    return pa.scalar(0, pa.int32() if arrow_type.bit_width == 32 else pa.int64()).cast(arrow_type)

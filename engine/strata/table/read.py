@@ -24,7 +24,7 @@ from strata.mergetree.merge_function import FirstRowMerge, live_rows_mask, merge
 from strata.mergetree.merge_reader import merge_runs
 from strata.operation.commit import key_decoder
 from strata.scan.planner import DataSplit
-from strata.scan.predicate import Predicate, only_fields
+from strata.scan.predicate import Predicate, bind, only_fields
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class TableRead:
         self.columns = list(columns) if columns is not None else self.schema.field_names
         for name in self.columns:
             self.schema.field(name)  # clear error for an unknown column
-        self.filter = filter
+        self.filter = filter = bind(filter, self.schema)  # typed literals, as the scan's
         needed = set(self.columns) | (filter.fields() if filter else set())
         self.value_columns = [n for n in self.schema.field_names if n in needed]
         self.output_schema = pa.schema([self.schema.field(n).to_arrow() for n in self.columns])
