@@ -4,6 +4,12 @@ Iceberg readers resolve Avro fields by their ``field-id``, so every field carrie
 Iceberg spec gives it; maps with non-string keys are arrays of key/value records marked
 ``logicalType: map``. Format 3 adds the row-lineage field ``first_row_id`` (manifest lists and
 data files) and the deletion-vector fields ``content_offset`` / ``content_size_in_bytes``.
+
+Format-2 position deletes are written as ``position_delete_file`` lays them out, so that a reader
+(Trino 476, whose planning and per-split reading of deletes the layout follows) skips what it can:
+one delete file per data file, positions sorted, ``referenced_data_file`` set and exact
+``file_path`` bounds (either pairs the file with that one data file at planning), ``pos`` bounds
+(a split whose row range misses them skips the file without opening it) and zero null counts.
 """
 
 from __future__ import annotations
@@ -14,8 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fastavro
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from strata.iceberg.types import avro_partition_type, avro_partition_value
+from strata.fs import FileIO
+from strata.iceberg.types import avro_partition_type, avro_partition_value, bound_bytes
 from strata.manifest.avro_container import read_container, strip_logical_types, write_container
 
 DATA, DELETES = 0, 1  # manifest / file content
@@ -23,6 +33,9 @@ EXISTING, ADDED, DELETED = 0, 1, 2  # entry status
 FORMAT_VERSION = 2  # the default; 3 adds row lineage and deletion vectors
 FORMAT_VERSIONS = (2, 3)
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545  # position-delete file columns (reserved ids)
+POSITION_DELETE_SCHEMA = pa.schema([
+    pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
+    pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID).encode()})])
 
 
 @dataclass(frozen=True)
@@ -231,3 +244,25 @@ def _physical(value: Any, iceberg: str) -> Any:
     if value is not None and iceberg.startswith("decimal"):
         return int.from_bytes(value, "big", signed=True)
     return value
+
+
+def position_delete_file(file_io: FileIO, target: str, data_path: str, positions: np.ndarray,
+                         partition: tuple[Any, ...]) -> DataFile:
+    """Write the deleted `positions` of one data file as a Parquet position-delete file at `target`
+    (sorted by position, as the spec requires) and return its manifest entry's data file."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if positions.size > 1 and not bool(np.all(positions[1:] > positions[:-1])):
+        positions = np.unique(positions)
+    table = pa.Table.from_arrays([pa.DictionaryArray.from_arrays(np.zeros(positions.size, np.int32), [data_path]),
+                                  pa.array(positions, pa.int64())],
+                                 schema=pa.schema([POSITION_DELETE_SCHEMA.field(0).with_type(
+                                     pa.dictionary(pa.int32(), pa.string())), POSITION_DELETE_SCHEMA.field(1)]))
+    with file_io.arrow_fs()[0].open_output_stream(file_io.arrow_path(target)) as out:
+        pq.write_table(table, out, store_schema=False)
+    lower = {FILE_PATH_ID: data_path.encode()}
+    upper = dict(lower)
+    if positions.size:
+        lower[POS_ID] = bound_bytes(int(positions[0]), "long")
+        upper[POS_ID] = bound_bytes(int(positions[-1]), "long")
+    return DataFile(DELETES, target, partition, int(positions.size), file_io.file_size(target),
+                    {FILE_PATH_ID: 0, POS_ID: 0}, lower, upper, data_path)

@@ -12,6 +12,11 @@ bytes) | PFA1``; each blob's footer entry carries its offset and length (which t
 repeats as ``content_offset`` / ``content_size_in_bytes``), ``snapshot-id`` and ``sequence-number``
 -1 (inherited, as the spec requires of deletion vectors) and the properties
 ``referenced-data-file`` and ``cardinality``.
+
+Table statistics files (``write_statistics``) hold ``apache-datasketches-theta-v1`` blobs: one
+compact serialized theta sketch per column, the blob carrying the column's field id, the snapshot
+id and sequence number the statistics were computed for and the ``ndv`` property (the sketch's
+estimate), which is what Trino reads from the table metadata's ``blob-metadata``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from strata.errors import CorruptDataError
 MAGIC = b"PFA1"
 DV_MAGIC = b"\xd1\xd3\x39\x64"
 DV_BLOB_TYPE = "deletion-vector-v1"
+THETA_BLOB_TYPE = "apache-datasketches-theta-v1"
+NDV_PROPERTY = "ndv"
 ROW_POSITION_FIELD_ID = 2147483545  # the _pos metadata column the blobs are computed for
 CREATED_BY = "Strata"
 
@@ -73,6 +80,44 @@ def write_puffin(vectors: Sequence[tuple[str, DeletionVector]]) -> tuple[bytes, 
         for b in blobs], "properties": {"created-by": CREATED_BY}}, separators=(",", ":")).encode()
     parts += [MAGIC, footer, struct.pack("<i", len(footer)), bytes(4), MAGIC]
     return b"".join(parts), blobs
+
+
+@dataclass(frozen=True)
+class ThetaBlob:
+    """One column's sketch for a statistics file: its field id, compact serialized sketch and NDV."""
+
+    field_id: int
+    sketch: bytes
+    ndv: int
+
+
+@dataclass(frozen=True)
+class StatisticsFile:
+    """A written statistics Puffin file: its bytes, footer size and blob metadata (the footer's
+    entries without offsets, as the table metadata's ``blob-metadata`` lists them)."""
+
+    data: bytes
+    footer_size: int
+    blob_metadata: list[dict[str, Any]]
+
+
+def write_statistics(blobs: Sequence[ThetaBlob], snapshot_id: int, sequence_number: int) -> StatisticsFile:
+    """A Puffin statistics file of theta-sketch blobs computed at one snapshot (uncompressed blobs)."""
+    parts = [MAGIC]
+    offset = len(MAGIC)
+    entries: list[dict[str, Any]] = []
+    for blob in blobs:
+        entries.append({"type": THETA_BLOB_TYPE, "fields": [blob.field_id], "snapshot-id": snapshot_id,
+                        "sequence-number": sequence_number, "offset": offset, "length": len(blob.sketch),
+                        "properties": {NDV_PROPERTY: str(blob.ndv)}})
+        parts.append(blob.sketch)
+        offset += len(blob.sketch)
+    footer = json.dumps({"blobs": entries, "properties": {"created-by": CREATED_BY}},
+                        separators=(",", ":")).encode()
+    parts += [MAGIC, footer, struct.pack("<i", len(footer)), bytes(4), MAGIC]
+    # the footer as the spec counts it: magic, payload, payload size, flags, magic
+    metadata = [{k: v for k, v in e.items() if k not in ("offset", "length")} for e in entries]
+    return StatisticsFile(b"".join(parts), len(MAGIC) * 2 + len(footer) + 8, metadata)
 
 
 # -- reading (the spec's view; for checks and for readers of deletion vectors by offset) ----------------
