@@ -479,8 +479,8 @@ def _bind_leaf(leaf: Leaf, schema: Any) -> Predicate:
         return BoundLeaf(field.name, op, (grid.value(steps),), dtype.to_arrow(), grid.prunes)
     except _Refused as why:
         literal = leaf.literals[0] if len(leaf.literals) == 1 else list(leaf.literals)
-        raise FilterError(f"cannot filter column {field.name!r} of type {dtype.to_json()} with {leaf.op} "
-                          f"{literal!r} ({type(literal).__name__}): {why}") from None
+        raise FilterError(f"filter {leaf.op} on column {field.name!r} of type {dtype.to_json()}: literal "
+                          f"{literal!r} of type {type(literal).__name__} does not convert ({why})") from None
 
 
 def _bind_starts_with(leaf: Leaf, field: Any) -> Predicate:
