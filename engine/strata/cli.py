@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from strata.catalog import Catalog, load_catalog
 from strata.errors import StrataError
-from strata.scan.predicate import Predicate, bind, col
+from strata.scan.predicate import Predicate, col
 from strata.schema.table_schema import TableSchema
 from strata.schema.types import DataField, DataType
 from strata.table.table import Table
@@ -276,9 +276,6 @@ def _add_maintenance_commands(sub: Any) -> None:
     s = iceberg_sub.add_parser("sync", help="publish the metadata of the latest snapshot (catches up a failed sync)")
     s.add_argument("table")
     s.set_defaults(func=cmd_iceberg_sync)
-    s = iceberg_sub.add_parser("status", help="how far the Iceberg metadata is behind the table, and why")
-    s.add_argument("table")
-    s.set_defaults(func=cmd_iceberg_status)
     s = iceberg_sub.add_parser("stats", help="compute NDV statistics (Puffin theta sketches) of the published "
                                               "snapshot, for Trino's cost-based optimizer")
     s.add_argument("table")
@@ -347,13 +344,7 @@ def cmd_iceberg_sync(catalog: Catalog, args: argparse.Namespace) -> int:
     if not enabled(table):
         raise CliError(f"table {table.identifier} has metadata.iceberg.storage=disabled: set it to "
                        f"table-location, hadoop-catalog or rest-catalog first")
-    sync = IcebergSync(table)
-    try:
-        result = sync.sync()
-    except Exception as exc:
-        sync.record_failure(exc)
-        raise
-    sync.record_success(clear_error=True)
+    result = IcebergSync(table).sync()
     if result.snapshot_id is None:
         print(f"table {table.identifier}: no snapshot yet, nothing to publish")
     elif result.up_to_date:
@@ -363,32 +354,6 @@ def cmd_iceberg_sync(catalog: Catalog, args: argparse.Namespace) -> int:
         print(f"table {table.identifier}: Iceberg metadata of snapshot {result.snapshot_id} at "
               f"{result.metadata_location} ({result.data_files} data files, {result.delete_files} delete files)")
     return 0
-
-
-def cmd_iceberg_status(catalog: Catalog, args: argparse.Namespace) -> int:
-    """Exit 0 when the mirror shows the latest snapshot (or is off), 1 when it is behind."""
-    from strata.iceberg.sync import sync_status
-
-    table = catalog.get_table(args.table)
-    status = sync_status(table)
-    name = table.identifier
-    if not status.enabled:
-        print(f"table {name}: metadata.iceberg.storage=disabled (no Iceberg mirror)")
-        return 0
-    shown = {None: "no Iceberg metadata", 0: "the schema only (no snapshot)"}.get(
-        status.published, f"snapshot {status.published}")
-    latest = "no snapshot" if status.latest_snapshot is None else f"snapshot {status.latest_snapshot}"
-    print(f"table {name}: latest {latest}; Iceberg metadata shows {shown}; "
-          + ("up to date" if not status.behind else f"{status.behind} snapshot(s) behind"))
-    error = status.last_error
-    if error is not None:
-        when = dt.datetime.fromtimestamp(error["time-ms"] / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        past = (status.published or 0) >= (error.get("snapshot-id") or 0) and not status.behind
-        print(f"{'earlier failure (since caught up)' if past else 'last failure'} at {when}, "
-              f"snapshot {error.get('snapshot-id')}: {error['error']}")
-    if status.behind:
-        print(f"catch up: strata iceberg sync {name}")
-    return 1 if status.behind else 0
 
 
 def cmd_iceberg_stats(catalog: Catalog, args: argparse.Namespace) -> int:
@@ -408,10 +373,6 @@ def cmd_iceberg_stats(catalog: Catalog, args: argparse.Namespace) -> int:
     if result.path is None:
         print(f"table {table.identifier}: no statistics written ({result.reason})")
         return 0
-    ndv = ", ".join(f"{name}={n}" for name, n in (result.ndv or {}).items())
-    print(f"table {table.identifier}: statistics of snapshot {result.snapshot_id} at {result.path} "
-          f"(distinct values: {ndv})")
-    return 0
 
 
 def cmd_expire_snapshots(catalog: Catalog, args: argparse.Namespace) -> int:
@@ -831,8 +792,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
 
 
 def parse_where(text: str, schema: TableSchema) -> Predicate:
-    """A conjunction of simple conditions -> a Predicate bound to `schema` (strata.scan.predicate.bind:
-    literals convert to the column types as with the Python API; FilterError names a bad one)."""
+    """A conjunction of simple conditions -> a Predicate (literals cast to the column types)."""
     tokens = _tokens(text)
     pos = 0
 
@@ -856,25 +816,25 @@ def parse_where(text: str, schema: TableSchema) -> Predicate:
         if kind != "word" or value.upper() != word:
             raise CliError(f"expected {word} in --where {text!r}, got {value!r}")
 
-    def literal(name: str) -> Any:
-        """SQL's literal types: TRUE/FALSE, 'text', an integer, or an exact decimal."""
+    def literal(field: DataField) -> Any:
         kind, value = take()
         if kind == "word" and value.upper() in ("TRUE", "FALSE"):
-            return value.upper() == "TRUE"
-        if kind == "str":
-            return value[1:-1].replace("''", "'")
-        if kind == "num":
-            number = Decimal(value)
-            return int(number) if number == number.to_integral_value() and "." not in value else number
-        raise CliError(f"expected a literal for column {name!r} in --where, got {value!r}")
+            raw: Any = value.upper() == "TRUE"
+        elif kind == "str":
+            raw = value[1:-1].replace("''", "'")
+        elif kind == "num":
+            raw = value
+        else:
+            raise CliError(f"expected a literal for column {field.name!r} in --where, got {value!r}")
+        return coerce_literal(raw, field)
 
     predicates: list[Predicate] = []
     while True:
         kind, name = take()
         if kind != "word":
             raise CliError(f"expected a column name in --where {text!r}, got {name!r}")
-        name = name.strip('`"')
-        column = col(name)
+        field = schema.field(name.strip('`"'))
+        column = col(field.name)
         negate = False
         if keyword("NOT"):
             take()
@@ -884,20 +844,20 @@ def parse_where(text: str, schema: TableSchema) -> Predicate:
             if negate:
                 raise CliError(f"unexpected NOT in --where {text!r}")
             take()
-            pred = getattr(column, _COMPARE[value])(literal(name))
+            pred = getattr(column, _COMPARE[value])(literal(field))
         elif keyword("BETWEEN"):
             take()
-            low = literal(name)
+            low = literal(field)
             expect("AND")
-            pred = column.between(low, literal(name))
+            pred = column.between(low, literal(field))
         elif keyword("IN"):
             take()
             if take() != ("punct", "("):
                 raise CliError(f"expected ( after IN in --where {text!r}")
-            values = [literal(name)]
+            values = [literal(field)]
             while peek() == ("punct", ","):
                 take()
-                values.append(literal(name))
+                values.append(literal(field))
             if take() != ("punct", ")"):
                 raise CliError(f"expected ) to close IN (...) in --where {text!r}")
             pred = column.isin(values)
@@ -918,7 +878,7 @@ def parse_where(text: str, schema: TableSchema) -> Predicate:
                 raise CliError(f"only prefix patterns like 'abc%' are supported by LIKE, got {pattern!r}")
             pred = column.startswith(body[:-1])
         else:
-            raise CliError(f"expected an operator after {name!r} in --where {text!r}, got {value!r}")
+            raise CliError(f"expected an operator after {field.name!r} in --where {text!r}, got {value!r}")
         predicates.append(~pred if negate else pred)
         if peek()[0] == "end":
             break
@@ -926,9 +886,34 @@ def parse_where(text: str, schema: TableSchema) -> Predicate:
     result = predicates[0]
     for p in predicates[1:]:
         result = result & p
-    bound = bind(result, schema)
-    assert bound is not None
-    return bound
+    return result
+
+
+def coerce_literal(raw: Any, field: DataField) -> Any:
+    """A --where literal as the Python value of the column's type (so stats pruning compares)."""
+    target = field.type.to_arrow()
+    try:
+        if pa.types.is_string(target) or pa.types.is_binary(target):
+            return raw if isinstance(raw, str) else str(raw)
+        if pa.types.is_decimal(target):
+            return Decimal(str(raw))
+        if pa.types.is_integer(target):
+            number = Decimal(str(raw))
+            if number != number.to_integral_value():
+                raise CliError(f"column {field.name!r} is an integer column; got {raw!r}")
+            return int(number)
+        if pa.types.is_floating(target):
+            return float(raw)
+        if pa.types.is_boolean(target):
+            if isinstance(raw, bool):
+                return raw
+            raise CliError(f"column {field.name!r} is BOOLEAN; use TRUE or FALSE")
+        return pa.scalar(raw).cast(target).as_py()
+    except (ArithmeticError, pa.ArrowException, ValueError) as exc:
+        if isinstance(exc, CliError):
+            raise
+        raise CliError(f"cannot use {raw!r} as a {field.type.to_json()} value for column "
+                       f"{field.name!r}") from None
 
 
 # -- reading and writing data --------------------------------------------------------------------
