@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from strata.catalog import Catalog, load_catalog
 from strata.errors import StrataError
-from strata.scan.predicate import Predicate, col
+from strata.scan.predicate import Predicate, bind, col
 from strata.schema.table_schema import TableSchema
 from strata.schema.types import DataField, DataType
 from strata.table.table import Table
@@ -373,6 +373,10 @@ def cmd_iceberg_stats(catalog: Catalog, args: argparse.Namespace) -> int:
     if result.path is None:
         print(f"table {table.identifier}: no statistics written ({result.reason})")
         return 0
+    ndv = ", ".join(f"{name}={n}" for name, n in (result.ndv or {}).items())
+    print(f"table {table.identifier}: statistics of snapshot {result.snapshot_id} at {result.path} "
+          f"(distinct values: {ndv})")
+    return 0
 
 
 def cmd_expire_snapshots(catalog: Catalog, args: argparse.Namespace) -> int:
@@ -792,7 +796,8 @@ def _tokens(text: str) -> list[tuple[str, str]]:
 
 
 def parse_where(text: str, schema: TableSchema) -> Predicate:
-    """A conjunction of simple conditions -> a Predicate (literals cast to the column types)."""
+    """A conjunction of simple conditions -> a Predicate bound to `schema` (strata.scan.predicate.bind:
+    literals convert to the column types as with the Python API; FilterError names a bad one)."""
     tokens = _tokens(text)
     pos = 0
 
@@ -816,25 +821,25 @@ def parse_where(text: str, schema: TableSchema) -> Predicate:
         if kind != "word" or value.upper() != word:
             raise CliError(f"expected {word} in --where {text!r}, got {value!r}")
 
-    def literal(field: DataField) -> Any:
+    def literal(name: str) -> Any:
+        """SQL's literal types: TRUE/FALSE, 'text', an integer, or an exact decimal."""
         kind, value = take()
         if kind == "word" and value.upper() in ("TRUE", "FALSE"):
-            raw: Any = value.upper() == "TRUE"
-        elif kind == "str":
-            raw = value[1:-1].replace("''", "'")
-        elif kind == "num":
-            raw = value
-        else:
-            raise CliError(f"expected a literal for column {field.name!r} in --where, got {value!r}")
-        return coerce_literal(raw, field)
+            return value.upper() == "TRUE"
+        if kind == "str":
+            return value[1:-1].replace("''", "'")
+        if kind == "num":
+            number = Decimal(value)
+            return int(number) if number == number.to_integral_value() and "." not in value else number
+        raise CliError(f"expected a literal for column {name!r} in --where, got {value!r}")
 
     predicates: list[Predicate] = []
     while True:
         kind, name = take()
         if kind != "word":
             raise CliError(f"expected a column name in --where {text!r}, got {name!r}")
-        field = schema.field(name.strip('`"'))
-        column = col(field.name)
+        name = name.strip('`"')
+        column = col(name)
         negate = False
         if keyword("NOT"):
             take()
@@ -844,20 +849,20 @@ def parse_where(text: str, schema: TableSchema) -> Predicate:
             if negate:
                 raise CliError(f"unexpected NOT in --where {text!r}")
             take()
-            pred = getattr(column, _COMPARE[value])(literal(field))
+            pred = getattr(column, _COMPARE[value])(literal(name))
         elif keyword("BETWEEN"):
             take()
-            low = literal(field)
+            low = literal(name)
             expect("AND")
-            pred = column.between(low, literal(field))
+            pred = column.between(low, literal(name))
         elif keyword("IN"):
             take()
             if take() != ("punct", "("):
                 raise CliError(f"expected ( after IN in --where {text!r}")
-            values = [literal(field)]
+            values = [literal(name)]
             while peek() == ("punct", ","):
                 take()
-                values.append(literal(field))
+                values.append(literal(name))
             if take() != ("punct", ")"):
                 raise CliError(f"expected ) to close IN (...) in --where {text!r}")
             pred = column.isin(values)
@@ -878,7 +883,7 @@ def parse_where(text: str, schema: TableSchema) -> Predicate:
                 raise CliError(f"only prefix patterns like 'abc%' are supported by LIKE, got {pattern!r}")
             pred = column.startswith(body[:-1])
         else:
-            raise CliError(f"expected an operator after {field.name!r} in --where {text!r}, got {value!r}")
+            raise CliError(f"expected an operator after {name!r} in --where {text!r}, got {value!r}")
         predicates.append(~pred if negate else pred)
         if peek()[0] == "end":
             break
@@ -886,34 +891,9 @@ def parse_where(text: str, schema: TableSchema) -> Predicate:
     result = predicates[0]
     for p in predicates[1:]:
         result = result & p
-    return result
-
-
-def coerce_literal(raw: Any, field: DataField) -> Any:
-    """A --where literal as the Python value of the column's type (so stats pruning compares)."""
-    target = field.type.to_arrow()
-    try:
-        if pa.types.is_string(target) or pa.types.is_binary(target):
-            return raw if isinstance(raw, str) else str(raw)
-        if pa.types.is_decimal(target):
-            return Decimal(str(raw))
-        if pa.types.is_integer(target):
-            number = Decimal(str(raw))
-            if number != number.to_integral_value():
-                raise CliError(f"column {field.name!r} is an integer column; got {raw!r}")
-            return int(number)
-        if pa.types.is_floating(target):
-            return float(raw)
-        if pa.types.is_boolean(target):
-            if isinstance(raw, bool):
-                return raw
-            raise CliError(f"column {field.name!r} is BOOLEAN; use TRUE or FALSE")
-        return pa.scalar(raw).cast(target).as_py()
-    except (ArithmeticError, pa.ArrowException, ValueError) as exc:
-        if isinstance(exc, CliError):
-            raise
-        raise CliError(f"cannot use {raw!r} as a {field.type.to_json()} value for column "
-                       f"{field.name!r}") from None
+    bound = bind(result, schema)
+    assert bound is not None
+    return bound
 
 
 # -- reading and writing data --------------------------------------------------------------------
