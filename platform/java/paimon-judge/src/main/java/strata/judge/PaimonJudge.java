@@ -27,6 +27,7 @@ import java.util.TreeSet;
 import java.util.UUID;
 import java.util.stream.Stream;
 import org.apache.paimon.AppendOnlyFileStore;
+import org.apache.paimon.CoreOptions;
 import org.apache.paimon.append.AppendCompactCoordinator;
 import org.apache.paimon.append.AppendCompactTask;
 import org.apache.paimon.catalog.Catalog;
@@ -44,6 +45,7 @@ import org.apache.paimon.data.InternalMap;
 import org.apache.paimon.data.InternalRow;
 import org.apache.paimon.data.Timestamp;
 import org.apache.paimon.disk.IOManager;
+import org.apache.paimon.index.HashBucketAssigner;
 import org.apache.paimon.options.Options;
 import org.apache.paimon.reader.RecordReader;
 import org.apache.paimon.operation.BaseAppendFileStoreWrite;
@@ -56,6 +58,7 @@ import org.apache.paimon.table.sink.BatchTableCommit;
 import org.apache.paimon.table.sink.BatchTableWrite;
 import org.apache.paimon.table.sink.BatchWriteBuilder;
 import org.apache.paimon.table.sink.CommitMessage;
+import org.apache.paimon.table.sink.RowKeyExtractor;
 import org.apache.paimon.table.source.DataSplit;
 import org.apache.paimon.table.source.ReadBuilder;
 import org.apache.paimon.table.source.Split;
@@ -383,6 +386,7 @@ public final class PaimonJudge {
         try (BatchTableWrite write = builder.newWrite();
                 BatchTableCommit commit = builder.newCommit()) {
             write.withIOManager(io);
+            DynamicBuckets dynamic = DynamicBuckets.of(table);
             for (JsonNode row : step.get("rows")) {
                 Object[] values = new Object[type.getFieldCount()];
                 for (int i = 0; i < values.length; i++) {
@@ -396,9 +400,49 @@ public final class PaimonJudge {
                         throw new IllegalArgumentException("no column " + name + " in " + table.name());
                     }
                 }
-                write.write(GenericRow.ofKind(RowKind.fromShortString(row.path("_kind").asText("+I")), values));
+                GenericRow record = GenericRow.ofKind(RowKind.fromShortString(row.path("_kind").asText("+I")), values);
+                if (dynamic != null) {
+                    write.write(record, dynamic.bucket(record));
+                } else {
+                    write.write(record);
+                }
             }
             commit.commit(write.prepareCommit());
+        }
+    }
+
+    /**
+     * Dynamic bucket mode (bucket = -1, primary key): the writer is told each row's bucket, which
+     * Paimon's HashBucketAssigner (one assigner) takes from the table's hash index, as a Flink or
+     * Spark job's assigner operator does.
+     */
+    private static final class DynamicBuckets {
+        private final RowKeyExtractor keys;
+        private final HashBucketAssigner assigner;
+
+        private DynamicBuckets(FileStoreTable table) {
+            CoreOptions options = table.coreOptions();
+            Integer maxBuckets = options.dynamicBucketMaxBuckets();
+            this.keys = table.createRowKeyExtractor();
+            this.assigner = new HashBucketAssigner(table.snapshotManager(), UUID.randomUUID().toString(),
+                    table.store().newIndexFileHandler(), 1, 1, 0, options.dynamicBucketTargetRowNum(),
+                    maxBucketsNum(maxBuckets));
+        }
+
+        private static int maxBucketsNum(Integer maxBuckets) {
+            return maxBuckets == null ? -1 : maxBuckets;
+        }
+
+        static DynamicBuckets of(Table table) {
+            if (table instanceof FileStoreTable && ((FileStoreTable) table).bucketMode() == BucketMode.HASH_DYNAMIC) {
+                return new DynamicBuckets((FileStoreTable) table);
+            }
+            return null;
+        }
+
+        int bucket(InternalRow row) {
+            keys.setRecord(row);
+            return assigner.assign(keys.partition(), keys.trimmedPrimaryKey().hashCode());
         }
     }
 
