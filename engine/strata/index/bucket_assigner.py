@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -231,7 +232,9 @@ def check_hash_claims(live: Sequence[IndexManifestEntry], changes: Sequence[Inde
         by_partition.setdefault(claim.partition, []).append(claim)
     for partition, group in by_partition.items():
         placed = np.concatenate([c.new_hashes for c in group])
-        if len(np.unique(placed)) < len(placed):
+        buckets = np.concatenate([np.full(len(c.new_hashes), c.bucket, dtype=np.int64) for c in group])
+        pairs = np.unique((placed.astype(np.int64) << 16) | buckets)  # bucket ids < 2^15
+        if len(np.unique(pairs >> 16)) < len(pairs):
             raise CommitConflictError(
                 f"two writers of one commit to {where} placed the same new key in different buckets of one "
                 "partition; distribute rows by partition (one writer per partition)")
@@ -243,3 +246,38 @@ def check_hash_claims(live: Sequence[IndexManifestEntry], changes: Sequence[Inde
                     raise CommitConflictError(
                         f"a concurrent commit placed keys of {where} in bucket {entry.bucket} (hash index "
                         f"file {entry.file_name}) that this commit places in bucket {claim.bucket}{restart}")
+
+
+def merge_bucket_index_files(messages: Sequence[Any], read: ReadHashes,
+                             write: Callable[[bytes, int, np.ndarray], IndexManifestEntry],
+                             delete: Callable[[IndexManifestEntry], None]) -> None:
+    """Writers of one commit (Spark tasks given rows of one partition) that each rewrote one
+    bucket's hash index from the same base: one file with the union of theirs replaces them, and
+    the base file is deleted once. Whether they placed one key in two buckets is checked after
+    (check_hash_claims)."""
+    added: dict[tuple[bytes, int], list[tuple[Any, IndexManifestEntry]]] = {}
+    for message in messages:
+        for entry in message.index_changes:
+            if entry.index_type == INDEX_TYPE_HASH and entry.kind == FileKind.ADD:
+                added.setdefault((entry.partition, entry.bucket), []).append((message, entry))
+    for (partition, bucket), group in added.items():
+        if len(group) < 2:
+            continue
+        merged = write(partition, bucket, np.unique(np.concatenate([read(e) for _, e in group])))
+        replaced = {e.file_name for _, e in group}
+        deleted: set[str] = set()
+        for message, _ in group:
+            kept = []
+            for change in message.index_changes:
+                if change.index_type != INDEX_TYPE_HASH or change.bucket != bucket or change.partition != partition:
+                    kept.append(change)
+                elif change.kind == FileKind.DELETE and change.file_name not in deleted:
+                    deleted.add(change.file_name)
+                    kept.append(change)
+            message.index_changes = kept
+            for claim in message.hash_claims:
+                if claim.file_name in replaced:
+                    claim.file_name = merged.file_name
+        group[0][0].index_changes.append(merged)
+        for _, entry in group:
+            delete(entry)

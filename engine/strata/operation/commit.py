@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from strata import metrics
 from strata.errors import CommitFailedError
 from strata.fs import FileIO
-from strata.index.bucket_assigner import HashClaim, check_hash_claims
-from strata.index.hash_index import read_hashes
+from strata.index.bucket_assigner import HashClaim, check_hash_claims, merge_bucket_index_files
+from strata.index.hash_index import hash_index_path, read_hashes, write_hash_index
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, INDEX_TYPE_HASH, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
 from strata.operation.conflicts import apply_index_changes, check_conflicts, check_deletion_vector_conflicts
@@ -82,6 +82,8 @@ class FileStoreCommit:
         if self._already_committed(identifier):
             metrics.commit_duplicate(self.metric_table)
             return CommitResult(skipped_as_duplicate=True)
+        if any(m.hash_claims for m in messages):
+            self._merge_hash_index_files(messages)
         changes = []
         append = [e for m in messages for e in _entries(m, m.new_files, FileKind.ADD)]
         append_log = [e for m in messages for e in _entries(m, m.changelog_files, FileKind.ADD)]
@@ -116,6 +118,18 @@ class FileStoreCommit:
         change = _Change(CommitKind.OVERWRITE, entries, overwrite_partitions=partitions or [], changelog=changelog,
                          index=hash_files)
         return self._commit_changes([change], identifier, properties, None)
+
+    def _merge_hash_index_files(self, messages: Sequence[CommitMessage]) -> None:
+        """Dynamic buckets: several writers' index files of one bucket become one (their union)."""
+        def read(entry: IndexManifestEntry):
+            return read_hashes(self.file_io, self.table_path, entry)
+
+        def write(partition: bytes, bucket: int, hashes) -> IndexManifestEntry:
+            return write_hash_index(self.file_io, self.table_path, self.paths.new_index_file_name(), partition,
+                                    bucket, hashes)
+
+        merge_bucket_index_files(messages, read, write,
+                                 lambda e: self.file_io.delete(hash_index_path(self.table_path, e)))
 
     def last_committed_identifier(self) -> int | None:
         """The newest identifier this commit user published (walking back from the latest)."""
