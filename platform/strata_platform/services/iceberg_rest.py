@@ -89,7 +89,8 @@ class IcebergRestService(Service):
         return http_ok(f"{self.url}/health")
 
     def client_env(self) -> dict[str, str]:
-        return {"STRATA_ICEBERG_REST_URI": self.url}
+        # the warehouse too: tables written there (metadata.iceberg.storage=rest-catalog) are served
+        return {"STRATA_ICEBERG_REST_URI": self.url, "STRATA_ICEBERG_REST_WAREHOUSE": self.warehouse}
 
     def get(self, path: str, token: str | None = None) -> Any:
         request = urllib.request.Request(f"{self.url}{path}")
