@@ -1,0 +1,314 @@
+"""TPC-H through the stack: Spark loads and refreshes Strata tables, Trino its own Iceberg tables,
+and Trino and Spark run the 22 queries over both.
+
+The load. Trino generates the rows (its ``tpch`` catalog, cast to the spec's types) and writes them
+with CREATE TABLE AS into its ``native`` Iceberg catalog (the anchor: the tables a Trino user would
+have without Strata). The Parquet files of those tables are copied to local disk (``parquet_dir``):
+they are the rows of the source, and the plain-Parquet reference Spark is measured against. Spark
+reads them and writes the Strata tables on MinIO with ``format("strata")``, each bucket of a
+primary-key table by one task that compacts it (Iceberg readers see a deletion-vector table's
+files above level 0 only). Every table is then checked against the source: row count and a
+checksum of all columns, computed by Trino over the source, the native table and the Strata table.
+
+The refresh. Round r of RF1 inserts copies of the orders whose key is r modulo 1000 (at SF 1 about
+1,500 orders, as the spec's RF1), with their lineitems, under keys moved by ``NEW_KEY_OFFSET``;
+RF2 deletes the orders whose key is 500 + r modulo 1000, and their lineitems. Strata's side goes
+through Spark (RF2 as ``_ROW_KIND = -D`` rows), each write with the sink's commit user and the round
+as commit identifier, so a replayed round publishes nothing; the native side runs Trino's INSERT and
+DELETE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from strata_platform.services.base import REPO_ROOT
+from strata_platform.tpch import queries
+from strata_platform.tpch.tables import TABLES, TpchTable, database_name, tpch_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+NEW_KEY_OFFSET = 10**10  # RF1's order keys: above every key TPC-H generates (6e8 at SF 100)
+REFRESH_KEYS = ("tpch-rf1", "tpch-rf2")  # the Spark sink's commit users of the two refresh functions
+ENGINES = ("trino_strata", "trino_native", "spark_strata")
+Progress = Callable[[str], None]
+
+
+@dataclass
+class QueryRun:
+    seconds: float
+    rows: list[tuple[Any, ...]]
+
+
+@dataclass
+class Tpch:
+    """One scale factor of TPC-H on the running stack (Trino, its REST catalog, MinIO, PostgreSQL)."""
+
+    scale_factor: float
+    spark: SparkSession
+    trino: Any  # strata_platform.services.trino.TrinoService
+    rest: Any  # strata_platform.services.iceberg_rest.IcebergRestService
+    work_dir: Path = field(default_factory=lambda: REPO_ROOT / "build" / "tpch")
+    progress: Progress = print
+
+    @property
+    def database(self) -> str:
+        return database_name(self.scale_factor)
+
+    @property
+    def source(self) -> str:
+        return f'tpch."{tpch_schema(self.scale_factor)}"'
+
+    @property
+    def parquet_dir(self) -> Path:
+        return self.work_dir / self.database / "parquet"
+
+    def catalog_options(self) -> dict[str, str]:
+        """The Spark data source's options that reach the REST catalog's warehouse on MinIO."""
+        return {f"catalog.{key}": value for key, value in self.rest.catalog_options().items()}
+
+    def uri(self, table: str) -> str:
+        return f"{self.rest.warehouse}#{self.database}.{table}"
+
+    def query(self, sql: str) -> list[list[Any]]:
+        rows: list[list[Any]] = self.trino.query(sql)
+        return rows
+
+    # -- load ---------------------------------------------------------------------------------------
+    def load_native(self) -> dict[str, float]:
+        """CTAS of every table into Trino's native catalog; seconds per table."""
+        from strata_platform.services.postgres import PostgresService, ensure_iceberg_jdbc_tables
+
+        ensure_iceberg_jdbc_tables(PostgresService().dsn)
+        self.query(f"CREATE SCHEMA IF NOT EXISTS native.{self.database}")
+        seconds: dict[str, float] = {}
+        for table in TABLES.values():
+            self.query(f"DROP TABLE IF EXISTS native.{self.database}.{table.name}")
+            started = time.perf_counter()
+            self.query(f"CREATE TABLE native.{self.database}.{table.name} AS "
+                       + table.source_select(self.source))
+            seconds[table.name] = time.perf_counter() - started
+            self.progress(f"  native  {table.name:<9} CTAS {seconds[table.name]:7.1f} s")
+        return seconds
+
+    def export_parquet(self) -> None:
+        """Copy the native tables' Parquet files to ``parquet_dir`` (the source rows, plain Parquet)."""
+        import boto3
+
+        from strata_platform.services.minio import MinioService
+
+        env = MinioService().client_env()
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"],
+                          aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+        for table in TABLES:
+            target = self.parquet_dir / table
+            target.mkdir(parents=True, exist_ok=True)
+            for stale in target.glob("*.parquet"):
+                stale.unlink()
+            files = self.query(f'SELECT file_path FROM native.{self.database}."{table}$files"')
+            for index, (path,) in enumerate(files):
+                bucket, key = path.removeprefix("s3://").split("/", 1)
+                s3.download_file(bucket, key, str(target / f"part-{index:05d}.parquet"))
+
+    def create_strata_tables(self) -> None:
+        catalog = self.rest.catalog()
+        catalog.create_database(self.database, ignore_if_exists=True)
+        for table in TABLES.values():
+            identifier = f"{self.database}.{table.name}"
+            catalog.drop_table(identifier, ignore_if_not_exists=True)
+            catalog.create_table(identifier, table.arrow_schema(), primary_keys=list(table.primary_key),
+                                 options=table.strata_options(self.scale_factor))
+
+    def source_frame(self, table: str) -> DataFrame:
+        return self.spark.read.parquet(str(self.parquet_dir / table))
+
+    def write_strata(self, table: str, frame: DataFrame, **options: str) -> None:
+        from strata.spark import write_table
+
+        write_table(frame, self.uri(table), **self.catalog_options(), **{"write-only": "false"}, **options)
+
+    def load_strata(self) -> dict[str, float]:
+        """Spark writes every table from the local Parquet copy; seconds per table."""
+        self.create_strata_tables()
+        seconds: dict[str, float] = {}
+        for table in TABLES:
+            started = time.perf_counter()
+            self.write_strata(table, self.source_frame(table))
+            seconds[table] = time.perf_counter() - started
+            self.progress(f"  strata  {table:<9} Spark {seconds[table]:7.1f} s")
+        return seconds
+
+    def checksums(self, relation: Callable[[TpchTable], str]) -> dict[str, tuple[int, str]]:
+        """(row count, checksum of all columns) per table, as Trino computes them over `relation`
+        (one query for the eight tables)."""
+        parts = [f"SELECT '{t.name}', count(*), checksum(ROW({', '.join(t.column_names)})) FROM ({relation(t)})"
+                 for t in TABLES.values()]
+        rows = self.query(" UNION ALL ".join(parts))
+        return {name: (int(count), digest.hex() if isinstance(digest, bytes) else str(digest))
+                for name, count, digest in rows}
+
+    def verify_load(self) -> dict[str, tuple[int, str]]:
+        """Row counts and checksums of the native and Strata tables against the source; raises on a mismatch."""
+        source = self.checksums(lambda t: t.source_select(self.source))
+        for catalog in ("native", "strata"):
+            got = self.checksums(lambda t, c=catalog: f"SELECT * FROM {c}.{self.database}.{t.name}")  # type: ignore[misc]
+            wrong = {name: (got.get(name), source[name]) for name in TABLES if got.get(name) != source[name]}
+            if wrong:
+                raise AssertionError(f"{catalog} tables differ from the source {self.source} "
+                                     f"((rows, checksum) got vs source): {wrong}")
+        return source
+
+    # -- refresh ------------------------------------------------------------------------------------
+    def refresh_native(self, round_no: int) -> float:
+        """RF1 and RF2 of `round_no` through Trino INSERT and DELETE; seconds."""
+        started = time.perf_counter()
+        for table in ("orders", "lineitem"):
+            key = TABLES[table].column_names[0]
+            columns = TABLES[table].column_names
+            moved = ", ".join([f"{key} + {NEW_KEY_OFFSET}", *columns[1:]])
+            self.query(f"INSERT INTO native.{self.database}.{table} SELECT {moved} FROM "
+                       f"native.{self.database}.{table} WHERE {key} < {NEW_KEY_OFFSET} AND {key} % 1000 = {round_no}")
+        for table in ("lineitem", "orders"):
+            key = TABLES[table].column_names[0]
+            self.query(f"DELETE FROM native.{self.database}.{table} "
+                       f"WHERE {key} < {NEW_KEY_OFFSET} AND {key} % 1000 = {500 + round_no}")
+        return time.perf_counter() - started
+
+    def rf1_frame(self, table: str, round_no: int) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        key = TABLES[table].column_names[0]
+        rows = self.source_frame(table).where(F.col(key) % 1000 == round_no)
+        return rows.withColumn(key, F.col(key) + F.lit(NEW_KEY_OFFSET))
+
+    def rf2_frame(self, table: str, round_no: int) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        key = TABLES[table].column_names[0]
+        rows = self.source_frame(table).where(F.col(key) % 1000 == 500 + round_no)
+        return rows.select(F.lit("-D").alias("_ROW_KIND"), *TABLES[table].column_names)
+
+    def refresh_strata(self, round_no: int) -> float:
+        """RF1 and RF2 of `round_no` through Spark, exactly once per (function, table, round); seconds."""
+        started = time.perf_counter()
+        for user, frame in zip(REFRESH_KEYS, (self.rf1_frame, self.rf2_frame), strict=True):
+            for table in ("orders", "lineitem"):
+                self.write_strata(table, frame(table, round_no), **{
+                    "commit-user": user, "commit-identifier": str(round_no)})
+        return time.perf_counter() - started
+
+    def visibility_seconds(self, timeout: float = 120.0) -> float:
+        """How long until Trino's strata catalog counts what the native catalog counts (both tables)."""
+        started = time.perf_counter()
+        expected = {t: self.query(f"SELECT count(*) FROM native.{self.database}.{t}") for t in ("orders", "lineitem")}
+        while True:
+            seen = {t: self.query(f"SELECT count(*) FROM strata.{self.database}.{t}") for t in expected}
+            if seen == expected:
+                return time.perf_counter() - started
+            if time.perf_counter() - started > timeout:
+                raise AssertionError(f"Trino's strata catalog counts {seen}, the native one {expected}, "
+                                     f"after {timeout} s")
+            time.sleep(0.05)
+
+    # -- queries ------------------------------------------------------------------------------------
+    def run_trino(self, catalog: str, numbers: tuple[int, ...] = queries.QUERY_IDS) -> dict[int, QueryRun]:
+        out: dict[int, QueryRun] = {}
+        for number in numbers:
+            sql = queries.render(number, self.scale_factor, f"{catalog}.{self.database}.")
+            started = time.perf_counter()
+            rows = self.query(sql)
+            out[number] = QueryRun(time.perf_counter() - started, [tuple(r) for r in rows])
+            self.progress(f"  Trino {catalog} Q{number}: {out[number].seconds:.2f} s")
+        return out
+
+    @contextlib.contextmanager
+    def spark_views(self, plain_parquet: bool = False, cache: bool = False) -> Iterator[None]:
+        """The eight tables as Spark temporary views: format("strata"), or the local Parquet copy.
+        With `cache`, each table is read once and kept in Spark's memory (the queries then cost Spark's
+        planning and joins only: what a test on a busy machine can afford)."""
+        frames = []
+        for table in TABLES:
+            if plain_parquet:
+                frame = self.source_frame(table)
+            else:
+                frame = self.spark.read.format("strata").options(**self.catalog_options()).load(self.uri(table))
+            if cache:
+                frame = frame.cache()
+                frame.count()
+                frames.append(frame)
+            frame.createOrReplaceTempView(table)
+        try:
+            yield
+        finally:
+            for table in TABLES:
+                self.spark.catalog.dropTempView(table)
+            for frame in frames:
+                frame.unpersist()
+
+    def run_spark(self, numbers: tuple[int, ...] = queries.QUERY_IDS, plain_parquet: bool = False,
+                  cache: bool = False) -> dict[int, QueryRun]:
+        out: dict[int, QueryRun] = {}
+        with self.spark_views(plain_parquet, cache):
+            for number in numbers:
+                sql = queries.render(number, self.scale_factor)
+                started = time.perf_counter()
+                rows = self.spark.sql(sql).collect()
+                out[number] = QueryRun(time.perf_counter() - started, [tuple(r) for r in rows])
+                self.progress(f"  Spark {'Parquet' if plain_parquet else 'Strata'} Q{number}: "
+                              f"{out[number].seconds:.2f} s")
+        return out
+
+    def run_all(self, numbers: tuple[int, ...] = queries.QUERY_IDS, spark_cache: bool = False
+                ) -> dict[str, dict[int, QueryRun]]:
+        """Every query on the three engines; raises when a result differs from Trino native's."""
+        runs = {"trino_strata": self.run_trino("strata", numbers), "trino_native": self.run_trino("native", numbers),
+                "spark_strata": self.run_spark(numbers, cache=spark_cache)}
+        problems = [f"{engine}: {diff}" for engine in ("trino_strata", "spark_strata") for number in numbers
+                    if (diff := queries.difference(number, runs[engine][number].rows,
+                                                   runs["trino_native"][number].rows))]
+        if problems:
+            raise AssertionError("results differ from Trino on its native tables:\n" + "\n".join(problems))
+        return runs
+
+
+def _vm_hwm_mb(pid: int) -> float:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    return next((int(line.split()[1]) / 1024 for line in text.splitlines() if line.startswith("VmHWM:")), 0.0)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += children.get(current, [])
+    return found
+
+
+def peak_rss_mb(trino: Any) -> dict[str, float]:
+    """Peak resident set (VmHWM) of this process, each process it started (Spark's JVM, its Python
+    workers: the largest) and the Trino server, in MB."""
+    me = os.getpid()
+    others = [_vm_hwm_mb(pid) for pid in _descendants(me) if pid != me]
+    out = {"driver_python": round(_vm_hwm_mb(me)), "spark_and_workers_max": round(max(others, default=0.0))}
+    pid = trino.running_pid()
+    if pid is not None:
+        out["trino"] = round(max((_vm_hwm_mb(p) for p in _descendants(pid)), default=0.0))
+    return out
