@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import boto3
 import pyarrow.fs as pafs
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from strata.errors import OptionError
 from strata.fs.file_io import FileIO, FileStatus
@@ -362,4 +362,8 @@ def _mapped(path: str, exc: ClientError | BotoCoreError) -> OSError:
         if _is(exc, _NOT_FOUND):
             return FileNotFoundError(f"{path}: {code or status}")
         return OSError(f"s3 request on {path} failed: {status} {code}: {exc}")
+    if isinstance(exc, NoCredentialsError):
+        return OSError(f"s3 request on {path} failed: {exc}: pass the catalog options s3.access-key and "
+                       "s3.secret-key (and s3.endpoint), or set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+                       "(for the local MinIO: eval \"$(.venv/bin/strata-services env minio)\")")
     return OSError(f"s3 request on {path} failed: {exc}")  # connection reset, timeout, after retries

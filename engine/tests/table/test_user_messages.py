@@ -92,3 +92,17 @@ def test_cli_write_of_floats_into_a_decimal_stores_exact_values_and_refuses_the_
     assert table.to_arrow().sort_by("id").column("price").to_pylist() == [
         Decimal("2.50"), Decimal("0.10"), Decimal("19.99")]
     assert len(table.snapshots()) == 1
+
+
+def test_missing_s3_credentials_say_where_they_come_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    lake = strata.load_catalog("s3://warehouse/lake", **{"s3.endpoint": "http://127.0.0.1:9"})  # never reached
+    with pytest.raises(OSError) as raised:
+        lake.create_database("shop")
+    assert "Unable to locate credentials: pass the catalog options s3.access-key and s3.secret-key" \
+        in str(raised.value)
+    assert 'eval "$(.venv/bin/strata-services env minio)"' in str(raised.value)
