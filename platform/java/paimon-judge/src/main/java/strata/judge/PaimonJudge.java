@@ -359,6 +359,8 @@ public final class PaimonJudge {
             try {
                 if (step.has("alter")) {
                     catalog.alterTable(id, schemaChanges(step.get("alter")), false);
+                } else if (step.has("create_tag") || step.has("create_branch") || step.has("fast_forward")) {
+                    manageRefs(catalog.getTable(id), step);
                 } else if (step.path("compact").asBoolean(false)) {
                     compactTable(catalog.getTable(id), io, step.path("full").asBoolean(false));
                 } else {
@@ -373,6 +375,25 @@ public final class PaimonJudge {
         ObjectNode result = NODES.objectNode().put("table", id.getFullName());
         catalog.getTable(id).latestSnapshot().ifPresent(s -> result.put("snapshot", s.id()));
         return result;
+    }
+
+    /**
+     * Tags and branches through Paimon's Table API: {"create_tag": name}, {"create_branch": name,
+     * "tag"?: from}, {"fast_forward": branch}.
+     */
+    private static void manageRefs(Table table, JsonNode step) {
+        if (step.has("create_tag")) {
+            table.createTag(step.get("create_tag").asText());
+        } else if (step.has("create_branch")) {
+            String branch = step.get("create_branch").asText();
+            if (step.hasNonNull("tag")) {
+                table.createBranch(branch, step.get("tag").asText());
+            } else {
+                table.createBranch(branch);
+            }
+        } else {
+            table.fastForward(step.get("fast_forward").asText());
+        }
     }
 
     private static void writeRows(Table table, IOManager io, JsonNode step) throws Exception {
