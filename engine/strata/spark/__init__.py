@@ -7,6 +7,8 @@
     q = (stream_df.writeStream.format("strata").option("checkpointLocation", "/ck/orders")
          .start("/warehouse#db.orders"))              # exactly-once, one snapshot per micro-batch
     changes = spark.readStream.format("strata").option("consumer-id", "etl").load("/warehouse#db.orders")
+    audit = spark.read.format("strata").option("branch", "audit").load("/warehouse#db.orders")
+    fast_forward("/warehouse#db.orders", "audit")      # main takes the branch (write-audit-publish)
 
 See ``strata.spark.source`` (reads, filter pushdown), ``strata.spark.writer`` (writes,
 exactly-once, distribution) and ``strata.spark.stream`` (streaming reads).
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["BUCKET_COLUMN", "StrataDataSource", "batch_deleter", "batch_writer", "delete_batch", "distribute_by_bucket",
-           "register", "upsert_batch", "write_table"]
+           "fast_forward", "register", "upsert_batch", "write_table"]
 
 BUCKET_COLUMN = "_strata_bucket"
 
@@ -33,6 +35,16 @@ def register(spark: SparkSession) -> None:
     """Make ``format("strata")`` available in this session (with ``register_data_source``: its
     streaming queries may start together)."""
     register_data_source(spark, StrataDataSource)
+
+
+def fast_forward(path: str, branch: str, **options: str) -> int:
+    """Make main of the table at `path` what `branch` is (its snapshots, schemas and tags), from
+    the driver of a job, e.g. after checking what the job wrote to the branch; returns main's new
+    latest snapshot id. `options` name the catalog as for ``load`` (``catalog.*``)."""
+    from strata.spark.options import normalize, table_ref
+
+    settings = {k: v for k, v in normalize({**options, "path": path}).items() if k != "branch"}
+    return table_ref(settings).load().fast_forward(branch)
 
 
 def distribute_by_bucket(df: DataFrame, path: str | None = None, num_partitions: int | None = None,

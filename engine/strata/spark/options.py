@@ -2,7 +2,8 @@
 
 The table is named by ``path`` = ``"<warehouse>#<db>.<table>"`` (``load(...)`` / ``save(...)``
 fill ``path``), by ``path`` = a table directory ``<warehouse>/<db>.db/<table>``, or by the options
-``warehouse`` and ``table``. Options starting with ``catalog.`` go to ``strata.load_catalog``
+``warehouse`` and ``table``; ``branch`` picks a branch of it (as ``<db>.<table>$branch_<name>``
+does). Options starting with ``catalog.`` go to ``strata.load_catalog``
 without the prefix (``catalog.metastore=jdbc``, ``catalog.uri=...``, ``catalog.s3.endpoint=...``).
 
 Spark lower-cases option keys on the way to Python for some paths (the streaming sink sees
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from strata.catalog.filesystem import load_catalog
 from strata.errors import OptionError
+from strata.snapshot.branches import BRANCH_TABLE_SEPARATOR, is_main, validate_branch_name
 
 if TYPE_CHECKING:
     from strata.table.table import Table
@@ -62,9 +64,18 @@ def table_ref(options: Mapping[str, str]) -> TableRef:
                           "a table directory '<warehouse>/<db>.db/<table>', or options 'warehouse' and 'table'")
     if table.count(".") != 1:
         raise OptionError(f"table {table!r} must be given as '<database>.<table>'")
+    table = on_branch(table, options.get("branch"))
     catalog = tuple(sorted((k[len(CATALOG_PREFIX):], v) for k, v in options.items()
                            if k.startswith(CATALOG_PREFIX)))
     return TableRef(warehouse, table, catalog)
+
+
+def on_branch(table: str, branch: str | None) -> str:
+    """``db.t`` on branch b1 (Paimon's ``branch`` option): ``db.t$branch_b1``; main is ``db.t``."""
+    if branch is None or is_main(branch) or BRANCH_TABLE_SEPARATOR in table:
+        return table
+    validate_branch_name(branch)
+    return f"{table}{BRANCH_TABLE_SEPARATOR}{branch}"
 
 
 def _split_table_dir(path: str) -> tuple[str, str]:
