@@ -152,3 +152,23 @@ def test_java_writes_into_a_strata_dynamic_bucket_table(judge_service: Service, 
     table = catalog.get_table("db.t")
     check_placement(table)
     assert_java_reads(warehouse, table, model)
+
+
+def test_strata_reads_a_java_postpone_bucket_table(judge_service: Service, tmp_path: Path) -> None:
+    """bucket = -2: Paimon's rows wait in bucket-postpone, unseen by readers until Paimon's postpone
+    compaction places them; Strata reads what Paimon reads and refuses to write."""
+    warehouse = str(tmp_path / "warehouse")
+    spec = {"table": "db.p", "primary_keys": ["dt", "id"], "partition_keys": ["dt"], "options": {"bucket": "-2"},
+            "fields": [{"name": "dt", "type": "STRING"}, {"name": "id", "type": "BIGINT NOT NULL"},
+                       {"name": "v", "type": "STRING"}],
+            "commits": [{"rows": [{**r, "_kind": "+I"} for r in rows_of("a", range(20), "j")]}]}
+    result = paimon_java.write(warehouse, [spec])
+    assert "error" not in result[0], result[0]
+    java = paimon_java.read(warehouse, "db.p")
+    assert "error" not in java, java
+    table = strata.load_catalog(warehouse).get_table("db.p")
+    assert table.core.bucket == -2
+    assert list(Path(warehouse).glob("db.db/p/dt=a/bucket-postpone/data-*")), "Paimon wrote no postpone file"
+    assert java["rows"] == [] and table.to_arrow().num_rows == 0  # not placed yet: nobody sees them
+    with pytest.raises(NotImplementedError, match="postpone bucket mode"):
+        table.write(as_table(rows_of("a", [1], "s")))

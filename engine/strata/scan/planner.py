@@ -23,6 +23,8 @@ from strata.snapshot.snapshot import Snapshot
 if TYPE_CHECKING:
     from strata.table.table import Table
 
+POSTPONE_BUCKET = -2  # bucket of the files a postpone-bucket table (bucket = -2) has not placed yet
+
 
 @dataclass
 class DataSplit:
@@ -115,6 +117,9 @@ class TableScan:
         if self.partition_filter is not None:
             entries = [e for e in entries if self._entry_partition_ok(e)]
         live = live_files(entries)
+        if self.table.core.bucket == POSTPONE_BUCKET:
+            # Paimon's onlyReadRealBuckets: bucket-postpone files wait for the postpone compaction
+            live = [e for e in live if e.bucket != POSTPONE_BUCKET]
         if self._keeps_all():
             self.stats.files_scanned += len(live)
             return live
