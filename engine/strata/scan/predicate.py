@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
+from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -146,6 +147,7 @@ class Leaf(Predicate):
 
 
 _UNTYPED = pa.null()
+_UNKNOWN = pa.scalar(None, pa.bool_())
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,6 +167,19 @@ class BoundLeaf(Leaf):
     def _value_set(self, column_type: pa.DataType | None) -> Any:
         values = pa.array(list(self.literals), self.arrow_type)
         return values if column_type is None else values.cast(column_type)
+
+    # SQL: NULL IN (...) is NULL, where Arrow's is_in says false (it matters under NOT)
+    def to_arrow(self) -> pc.Expression:
+        expression = super().to_arrow()
+        if self.op != "in":
+            return expression
+        return expression | (pc.field(self.field).is_null() & pc.scalar(_UNKNOWN))
+
+    def mask(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
+        mask = super().mask(table)
+        if self.op != "in":
+            return mask
+        return pc.if_else(pc.is_null(table.column(self.field)), _UNKNOWN, mask)
 
     def may_match(self, stats: StatsLookup) -> bool:
         if self.op in _COMPARISONS and self.literals[0] is None:
@@ -511,6 +526,9 @@ def _bind_in(leaf: Leaf, field: Any) -> Predicate:
             values.append(grid.value(int(steps)))
     if grid is not None and not values:
         matched: Predicate = BoundLeaf(field.name, "lt", (grid.value(grid.lo),), dtype.to_arrow(), grid.prunes)
+    elif pa.types.is_floating(dtype.to_arrow()) and values:
+        # one equality each: compared as doubles (a value set would be cast to a FLOAT column's type)
+        matched = reduce(Or, [BoundLeaf(field.name, "eq", (v,), pa.float64()) for v in values])
     else:
         matched = BoundLeaf(field.name, "in", tuple(values), _literal_type(dtype), grid is None or grid.prunes)
     if any(literal is None for literal in leaf.literals):
