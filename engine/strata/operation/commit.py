@@ -182,6 +182,7 @@ class FileStoreCommit:
             snapshot = self._build_snapshot(change, delta_metas, latest, identifier, properties, watermark)
             if snapshot is None:
                 return None
+            self.snapshots.expected_parent = latest  # publish fails if a fast-forward replaced it
             if self._publish(snapshot):
                 metrics.commit_published(self.metric_table, change.kind, snapshot, self._attempt_entries)
                 return snapshot.id

@@ -17,6 +17,9 @@ class SnapshotManager:
         self.file_io = file_io
         self.table_path = table_path.rstrip("/")
         self.dir = f"{self.table_path}/snapshot"
+        # the snapshot a commit about to be published was built on (set by the committer): a
+        # fast-forward may have replaced or removed it meanwhile, and then the commit must retry
+        self.expected_parent: Snapshot | None = None
 
     def path(self, snapshot_id: int) -> str:
         return f"{self.dir}/snapshot-{snapshot_id}"
@@ -100,11 +103,23 @@ class SnapshotManager:
                 continue  # expired concurrently
 
     def publish(self, snapshot: Snapshot) -> bool:
-        """Atomically create snapshot-N; False if that id is taken. Updates the hints."""
+        """Atomically create snapshot-N; False if that id is taken, or if snapshot N-1 is no longer
+        `expected_parent` (a fast-forward replaced it). Updates the hints."""
+        if not self.parent_unchanged(snapshot):
+            return False
         if not self.file_io.write_new(self.path(snapshot.id), snapshot.to_json().encode()):
             return False
         self.commit_hints(snapshot.id)
         return True
+
+    def parent_unchanged(self, snapshot: Snapshot) -> bool:
+        parent = self.expected_parent
+        if parent is None or parent.id != snapshot.id - 1:
+            return True
+        try:
+            return self.snapshot(parent.id) == parent
+        except SnapshotNotFoundError:
+            return False
 
     def commit_hints(self, snapshot_id: int) -> None:
         self.file_io.write_bytes(f"{self.dir}/LATEST", str(snapshot_id).encode())
