@@ -759,11 +759,11 @@ def test_deletion_vectors_format_v3_each_continues_the_other(judge_service: Serv
 def test_types_only_one_side_exports(judge_service: Service, tmp_path: Path) -> None:
     """TIMESTAMP(3): Paimon refuses it (IcebergDataField: precision 4 to 9 only; its Parquet holds
     MILLIS, Iceberg wants MICROS) and, the snapshot already committed, fails the commit call; Strata
-    exports it as Iceberg timestamp over the MILLIS column: pyiceberg reads it, Trino 476 refuses the
-    TIMESTAMP_LTZ(3) case (strict xfail in test_trino_iceberg.py).
-    ARRAY and TIMESTAMP(9): Paimon exports list<int> and timestamp_ns (a format-3 type, in a format-2
-    file); Strata publishes no metadata for such a table (types.iceberg_type refuses collections and
-    precision above 6; the commit stands and logs a warning)."""
+    exports it as Iceberg timestamp over the MILLIS column (pyiceberg and Trino 476 read it; a
+    TIMESTAMP_LTZ(3) column of a mirrored table is stored in MICROS, see test_trino_iceberg_mirror.py).
+    ARRAY: both export list<int> with the same element id (Paimon's SpecialFields), and their Parquet
+    files carry it. TIMESTAMP(9): Paimon exports timestamp_ns (a format-3 type, in a format-2 file,
+    over INT96 that pyiceberg cannot read); Strata refuses the table at create_table, naming the column."""
     warehouse = str(tmp_path / "warehouse")
     catalog = strata.load_catalog(warehouse)
     catalog.create_database("s")
@@ -777,7 +777,11 @@ def test_types_only_one_side_exports(judge_service: Service, tmp_path: Path) -> 
     specs = []
     for name, (schema, sql) in tables.items():
         data = pa.table({"id": [1], "t": pa.array(values[name], schema.field("t").type)}, schema=schema)
-        catalog.create_table(f"s.{name}", schema, options=dict(ICEBERG)).write(data)
+        if name == "ts9":
+            with pytest.raises(ValueError, match=r"column 't' of type TIMESTAMP\(9\)"):
+                catalog.create_table(f"s.{name}", schema, options=dict(ICEBERG))
+        else:
+            catalog.create_table(f"s.{name}", schema, options=dict(ICEBERG)).write(data)
         specs.append({"table": f"j.{name}", "options": ICEBERG, "commits": [{"rows": judge_rows(data)}],
                       "fields": [{"name": "id", "type": "BIGINT"}, {"name": "t", "type": sql}]})
     results = {r["table"]: r for r in paimon_java.write(warehouse, specs, keep_going=True)}
@@ -786,18 +790,21 @@ def test_types_only_one_side_exports(judge_service: Service, tmp_path: Path) -> 
     assert not (Path(warehouse) / "j.db" / "ts3" / "metadata").exists()
     assert "error" not in results["j.arr"] and "error" not in results["j.ts9"]
 
-    assert latest_metadata_location(catalog.get_table("s.arr")) is None
-    assert latest_metadata_location(catalog.get_table("s.ts9")) is None
-    strata_ts3 = latest_metadata_location(catalog.get_table("s.ts3"))
-    assert strata_ts3 is not None
+    strata_arr, strata_ts3 = (latest_metadata_location(catalog.get_table(f"s.{n}")) for n in ("arr", "ts3"))
+    assert strata_arr is not None and strata_ts3 is not None
     java_arr, java_ts9 = (java_metadata_location(warehouse, f"j.{n}") for n in ("arr", "ts9"))
     assert metadata_json(java_ts9)["format-version"] == 2
     assert metadata_json(java_ts9)["schemas"][0]["fields"][1]["type"] == "timestamp_ns"
-    ts3, arr, ts9 = read_iceberg_many([strata_ts3, java_arr, java_ts9])
+    # the same Iceberg list type, field ids included, and the same ids in both sides' Parquet files
+    assert metadata_json(strata_arr)["schemas"][-1]["fields"] == metadata_json(java_arr)["schemas"][-1]["fields"]
+    element_ids = {str(pq.ParquetFile(f).schema).count("field_id=536871936 element")
+                   for side in ("s", "j") for f in (Path(warehouse) / f"{side}.db" / "arr").rglob("data-*.parquet")}
+    assert element_ids == {1}
+    ts3, arr, strata_arr_view, ts9 = read_iceberg_many([strata_ts3, java_arr, strata_arr, java_ts9])
     assert ts3.facts["schema"][1][2] == "timestamp"
     assert iceberg_rows(ts3) == canonical(judge_rows(catalog.get_table("s.ts3").to_arrow()))
-    assert arr.facts["schema"][1][2] == "list<int>"
-    assert iceberg_rows(arr) == canonical([{"id": 1, "t": [1, None, 3]}])
+    assert arr.facts["schema"][1][2] == strata_arr_view.facts["schema"][1][2] == "list<int>"
+    assert iceberg_rows(arr) == iceberg_rows(strata_arr_view) == canonical([{"id": 1, "t": [1, None, 3]}])
     # Paimon's timestamp_ns column cannot be read by pyiceberg: Paimon's Parquet file stores TIMESTAMP(9)
     # as INT96, which pyiceberg takes for a microsecond timestamp and will not promote to timestamp_ns
     assert ts9.facts["schema"][1][2] == "timestamp_ns"

@@ -233,6 +233,7 @@ TYPES = pa.schema([
     ("d", pa.date32()),
     ("ts3", pa.timestamp("ms")),
     ("ts6", pa.timestamp("us")),
+    ("tz3", pa.timestamp("ms", tz="UTC")),
     ("tz6", pa.timestamp("us", tz="UTC")),
 ])
 _T0 = dt.datetime(2025, 3, 1, 8, 30)
@@ -534,18 +535,6 @@ def test_trino_reads_the_shape_as_strata_does(shape: Shape, trino: Service, cata
         assert 0 < len(pruned_rows) < latest.num_rows
         assert pruned["totalSplits"] < everything["totalSplits"], (pruned, everything)
         assert pruned["processedRows"] < everything["processedRows"], (pruned, everything)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "TIMESTAMP_LTZ(3) is published as Iceberg timestamptz over Parquet INT64 TIMESTAMP(MILLIS, adjusted to UTC); "
-    "the Iceberg spec wants MICROS and Trino 476 refuses the column (it reads MILLIS only for timestamp)"))
-def test_timestamp_ltz_millis(trino: Service, catalog: Any, database: str) -> None:
-    schema = pa.schema([("id", pa.int64()), ("tz3", pa.timestamp("ms", tz="UTC"))])
-    table = catalog.create_table(f"{database}.ltz_millis", schema, options=ICEBERG_REST)
-    instant = dt.datetime(2025, 3, 1, 8, 30, 1, 123000, tzinfo=dt.UTC)
-    table.write(pa.table({"id": [1, 2], "tz3": [instant, None]}, schema=schema))
-    assert sorted(query(trino, f"SELECT id FROM strata.{database}.ltz_millis")) == [[1], [2]]  # other columns read
-    assert canonical_rows(query(trino, f"SELECT * FROM strata.{database}.ltz_millis")) == arrow_rows(table.to_arrow())
 
 
 @pytest.mark.pyiceberg

@@ -263,6 +263,14 @@ ORPHAN_BYTES = _counter("strata_orphan_bytes_deleted_total", "Bytes of orphan fi
 ORPHAN_LAST_SUCCESS = _gauge("strata_orphan_cleanup_last_success_timestamp_seconds", "Unix time of the "
                              "last successful orphan cleanup.", T, "maintenance")
 
+# -- the Iceberg mirror (metadata.iceberg.storage; recorded by strata.iceberg) ----------------------
+ICEBERG_SYNC_FAILURES = _counter("strata_iceberg_sync_failures_total", "Iceberg metadata syncs that failed "
+                                 "after a commit (the commit stands; Iceberg readers see an older snapshot).",
+                                 T, "iceberg")
+ICEBERG_SYNC_LAG = _gauge("strata_iceberg_sync_lag_snapshots", "Snapshots the table's Iceberg metadata is "
+                          "behind its latest snapshot, after this process's last sync (0: up to date).",
+                          T, "iceberg")
+
 def _engine_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -548,6 +556,17 @@ def orphan_cleanup_finished(table: str, files_deleted: int, bytes_deleted: int, 
     ORPHAN_BYTES.labels(table).inc(bytes_deleted)
     if ok:
         ORPHAN_LAST_SUCCESS.labels(table).set(time.time())
+
+
+def iceberg_sync_failed(table: str, lag_snapshots: int) -> None:
+    ICEBERG_SYNC_FAILURES.labels(table).inc()
+    ICEBERG_SYNC_LAG.labels(table).set(lag_snapshots)
+
+
+def iceberg_sync_succeeded(table: str) -> None:
+    if _first_time("iceberg", table):
+        ICEBERG_SYNC_FAILURES.labels(table)  # the series starts at zero: increase() sees the first failure
+    ICEBERG_SYNC_LAG.labels(table).set(0)
 
 
 class _ExpireOutcome(Protocol):

@@ -75,6 +75,15 @@ class Catalog(ABC):
         validate_schema(table_schema, str(ident))
         return table_schema
 
+    @staticmethod
+    def _mirrored(table: Table) -> Table:
+        """A new or altered table's schema-only Iceberg metadata (``metadata.iceberg.storage``,
+        before its first snapshot): Iceberg readers see the table from its creation on."""
+        from strata.iceberg.sync import publish_schema
+
+        publish_schema(table)
+        return table
+
     def table_exists(self, name: str | Identifier) -> bool:
         from strata.errors import TableNotFoundError
 
@@ -105,7 +114,7 @@ class Catalog(ABC):
         with self.schema_change_lock(table):
             commit_changes(table.schema_manager, changes, str(ident),
                            has_snapshots=lambda: table.snapshot_manager.latest() is not None)
-        return self.get_table(ident)
+        return self._mirrored(self.get_table(ident))
 
     def schema_change_lock(self, table: Table) -> contextlib.AbstractContextManager[object]:
         """Held around publishing a schema version; catalogs with table locks override it."""

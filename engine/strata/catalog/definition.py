@@ -105,6 +105,10 @@ def _check_supported(schema: TableSchema, core: opts.CoreOptions, where: str) ->
         _check_deletion_vectors(schema, core, where)
     if not core.get("partition.legacy-name"):
         raise OptionError(f"table {where}: partition.legacy-name=false is not supported yet")
+    if str(core.get("metadata.iceberg.storage")) != "disabled":  # no table may drop out of its mirror
+        from strata.iceberg.types import check_exportable
+
+        check_exportable(schema, where)
     rowkind = core.get_str("rowkind.field")
     if rowkind and (rowkind not in schema.field_names or not schema.field(rowkind).type.is_string):
         raise SchemaMismatchError(f"rowkind.field {rowkind!r} of table {where} must name a STRING column")

@@ -82,7 +82,7 @@ class FileSystemCatalog(Catalog):
             if ignore_if_exists:
                 return self.get_table(ident)
             raise
-        return self.get_table(ident)
+        return self._mirrored(self.get_table(ident))
 
     def get_table(self, name: str | Identifier) -> Table:
         ident = Identifier.parse(name)
@@ -96,11 +96,16 @@ class FileSystemCatalog(Catalog):
         return Table(self.file_io, path, ident, schema, catalog=self)
 
     def drop_table(self, name: str | Identifier, ignore_if_not_exists: bool = False) -> None:
+        from strata.iceberg.sync import drop_mirror
+
         ident = Identifier.parse(name)
-        if not self.table_exists(ident):
+        try:
+            table = self.get_table(ident)
+        except TableNotFoundError:
             if ignore_if_not_exists:
                 return
-            raise TableNotFoundError(f"table {ident} does not exist")
+            raise
+        drop_mirror(table)
         self.file_io.delete_dir(self.table_path(ident))
 
 

@@ -277,7 +277,7 @@ class JdbcCatalog(Catalog):
         except Exception:
             self.file_io.delete_dir(path)  # not registered: leave no orphan schema behind
             raise
-        return self.get_table(ident)
+        return self._mirrored(self.get_table(ident))
 
     def get_table(self, name: str | Identifier) -> Table:
         ident = Identifier.parse(name)
@@ -294,8 +294,12 @@ class JdbcCatalog(Catalog):
         return Table(self.file_io, path, ident, schema, catalog=self)
 
     def drop_table(self, name: str | Identifier, ignore_if_not_exists: bool = False) -> None:
+        from strata.iceberg.sync import drop_mirror
+
         ident = Identifier.parse(name)
         path = self.table_path(ident) if self._database_exists(ident.database) else None
+        with contextlib.suppress(TableNotFoundError, CorruptMetadataError):
+            drop_mirror(self.get_table(ident))
         deleted = self._execute(f"DELETE FROM {TABLES} WHERE catalog_key = :key AND database_name = :db "
                                 "AND table_name = :t", db=ident.database, t=ident.table)
         if not deleted:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,7 +45,14 @@ from strata.deletionvectors.index_file import index_path
 from strata.format import binary_row
 from strata.iceberg import manifests as im
 from strata.iceberg import puffin, statistics
-from strata.iceberg.types import as_iceberg_value, bound_bytes, iceberg_type, schema_json
+from strata.iceberg.types import (
+    as_iceberg_value,
+    bound_bytes,
+    highest_field_id,
+    iceberg_type,
+    name_mapping,
+    schema_json,
+)
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
@@ -57,6 +65,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VERSION_HINT = "version-hint.text"
+ERROR_FILE = "iceberg-sync-error.json"  # in the table's directory: the last failed sync (strata iceberg status)
+SCHEMA_ONLY_VERSION = 0  # v0.metadata.json: the schema before the first snapshot
+_FAILED: set[str] = set()  # tables whose sync failed in this process (their error file is cleared on success)
 MANIFEST_CHUNK = 20_000  # entries per manifest of a full rewrite (bounds each file's size)
 MAX_CATCH_UP = 8  # unpublished snapshots a sync still publishes one by one before the latest
 _OPERATIONS = {CommitKind.APPEND: "append", CommitKind.COMPACT: "replace", CommitKind.OVERWRITE: "overwrite"}
@@ -89,10 +100,66 @@ def sync_after_commit(table: Table) -> None:
     sync = IcebergSync(table)
     try:
         sync.sync()
-    except Exception:
-        log.warning("table %s: Iceberg metadata sync failed", table.identifier, exc_info=True)
+    except Exception as exc:
+        sync.record_failure(exc)
+        log.warning("table %s: Iceberg metadata sync failed (%s: %s); `strata iceberg status %s` tells how "
+                    "far the mirror is behind", table.identifier, type(exc).__name__, exc, table.identifier,
+                    exc_info=log.isEnabledFor(logging.DEBUG))
         return
+    sync.record_success()
     statistics.refresh_after_commit(table, sync.dir)  # NDV sketches, when a compaction left them stale
+
+
+def publish_schema(table: Table) -> None:
+    """Schema-only Iceberg metadata (no snapshot) for a table that has none yet, so that Iceberg
+    readers see the table, empty, from its creation on; refreshed on a schema change before the
+    first snapshot. A failure is recorded as a failed sync (the table's creation stands)."""
+    if not enabled(table) or table.snapshot_manager.latest() is not None:
+        return
+    sync = IcebergSync(table)
+    try:
+        sync.publish_schema()
+    except Exception as exc:
+        sync.record_failure(exc)
+        log.warning("table %s: schema-only Iceberg metadata not published (%s: %s)", table.identifier,
+                    type(exc).__name__, exc)
+
+
+@dataclass
+class SyncStatus:
+    """How far a table's Iceberg mirror is behind: `published` is the snapshot its newest metadata
+    shows (0: schema only, None: no metadata), `behind` the snapshots not yet in it, `last_error`
+    the failure that kept it there (``{"time-ms", "snapshot-id", "error"}``), if any."""
+
+    enabled: bool
+    latest_snapshot: int | None
+    published: int | None
+    behind: int
+    last_error: dict[str, Any] | None
+
+
+def sync_status(table: Table) -> SyncStatus:
+    metadata_dir = _uri(f"{table_location(table)}/metadata")
+    latest = table.snapshot_manager.latest()
+    latest_id = latest.id if latest is not None else None
+    try:
+        published = _read_hint(table, metadata_dir)
+    except OSError:  # the metadata directory itself is unreadable: it shows nothing
+        published = None
+    behind = max(0, (latest_id or 0) - (published or 0))
+    try:
+        last_error = dict(json.loads(table.file_io.read_bytes(f"{table.path}/{ERROR_FILE}")))
+    except (FileNotFoundError, ValueError):
+        last_error = None
+    return SyncStatus(enabled(table), latest_id, published, behind, last_error)
+
+
+def drop_mirror(table: Table) -> None:
+    """Remove Iceberg metadata kept outside the table's directory (``hadoop-catalog``) with the
+    table: a dropped table leaves no Iceberg table behind."""
+    location = table_location(table)
+    if enabled(table) and location != table.path:
+        table.file_io.delete_dir(location)
 
 
 def _read_hint(table: Table, metadata_dir: str) -> int | None:
@@ -152,6 +219,79 @@ class IcebergSync:
             self._sync(missed)
         return self._sync(snapshot)
 
+    def publish_schema(self) -> str:
+        """Write v0.metadata.json: the table's current schema, no snapshot (unless a snapshot's
+        metadata is already published)."""
+        location = f"{self.dir}/v{SCHEMA_ONLY_VERSION}.metadata.json"
+        if (_read_hint(self.table, self.dir) or SCHEMA_ONLY_VERSION) != SCHEMA_ONLY_VERSION:
+            return location
+        self.file_io.mkdirs(self.dir)
+        metadata = self._schema_only(self._load(SCHEMA_ONLY_VERSION))
+        self.file_io.write_bytes(location, json.dumps(metadata, indent=1).encode())
+        self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(SCHEMA_ONLY_VERSION).encode())
+        return location
+
+    def _schema_only(self, previous: dict[str, Any] | None) -> dict[str, Any]:
+        return {
+            "format-version": self.format_version,
+            "table-uuid": (previous or {}).get("table-uuid") or str(uuid.uuid4()),
+            "location": _uri(self.location),
+            "last-sequence-number": 0,
+            **({"next-row-id": 0} if self.format_version >= 3 else {}),
+            "last-updated-ms": int(time.time() * 1000),
+            "last-column-id": highest_field_id(self.schema),
+            "current-schema-id": self.schema.id,
+            "schemas": [self.iceberg_schema],
+            "default-spec-id": 0,
+            "partition-specs": [{"spec-id": 0, "fields": self._spec_json()}],
+            "last-partition-id": 999 + len(self.spec),
+            "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": self._properties(None),
+            "current-snapshot-id": -1,
+            "refs": {},
+            "snapshots": [],
+            "snapshot-log": [],
+            "metadata-log": [],
+            "statistics": [],
+            "partition-statistics": [],
+        }
+
+    def _properties(self, snapshot: Snapshot | None) -> dict[str, str]:
+        """Table properties: Paimon's snapshot id, and a name mapping for tables with collections
+        (data files written before their nested fields carried ids are then read by name)."""
+        out = {"write.format.default": "parquet"}
+        if snapshot is not None:
+            out["paimon.snapshot-id"] = str(snapshot.id)
+        if any(f.type.is_nested for f in self.schema.fields):
+            out["schema.name-mapping.default"] = json.dumps(name_mapping(self.schema))
+        return out
+
+    # -- failures ----------------------------------------------------------------------------------
+    def record_failure(self, exc: BaseException) -> None:
+        """Count the failure, set the lag and leave its reason in the table's directory (outside the
+        Iceberg metadata, which may be what fails), where `strata iceberg status` finds it."""
+        from strata import metrics
+
+        status = sync_status(self.table)
+        metrics.iceberg_sync_failed(str(self.table.identifier), status.behind)
+        record = {"time-ms": int(time.time() * 1000), "snapshot-id": status.latest_snapshot,
+                  "error": f"{type(exc).__name__}: {exc}"}
+        _FAILED.add(str(self.table.identifier))
+        with contextlib.suppress(Exception):
+            self.file_io.write_bytes(f"{self.table.path}/{ERROR_FILE}", json.dumps(record).encode())
+
+    def record_success(self, clear_error: bool = False) -> None:
+        """The mirror is up to date. A recorded failure stays until `clear_error` (an explicit
+        sync) or the next failure replaces it: status shows it as past once a later snapshot is
+        published, and commits pay no request for it."""
+        from strata import metrics
+
+        metrics.iceberg_sync_succeeded(str(self.table.identifier))
+        if clear_error or str(self.table.identifier) in _FAILED:
+            _FAILED.discard(str(self.table.identifier))
+            self._delete(f"{self.table.path}/{ERROR_FILE}")
+
     def _missed(self, latest: Snapshot) -> list[Snapshot]:
         """The snapshots after the published metadata and before `latest`, each to get its own
         Iceberg snapshot first, as Paimon's per-snapshot commit callback gives it (a commit that
@@ -199,7 +339,7 @@ class IcebergSync:
             self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(snapshot.id).encode())
         metadata = json.loads(data)
         if previous is not None:
-            self._clean(previous, metadata)
+            self._clean(previous, metadata, previous_id)
         return SyncResult(snapshot.id, location, full, counts["total-data-files"], counts["total-delete-files"])
 
     def _published(self, snapshot: Snapshot) -> bool:
@@ -385,11 +525,11 @@ class IcebergSync:
         for fd, arrow_type, low, high, nulls in zip(fields, types, mins, maxs, f.value_stats.null_counts,
                                                     strict=True):
             now = current.get(fd.id)
-            if now is None or now.type.root != fd.type.root or now.type.to_arrow() != arrow_type:
-                continue
+            if now is None or now.type.root != fd.type.root or now.type.to_arrow() != arrow_type or now.type.is_nested:
+                continue  # Iceberg's metrics are of primitive columns (a collection's are of its leaves)
             if nulls is not None:
                 null_counts[fd.id] = nulls
-            if low is not None and high is not None and not now.type.is_nested:
+            if low is not None and high is not None:
                 kind = iceberg_type(now.type, now.name)
                 low, high = as_iceberg_value(low, arrow_type), as_iceberg_value(high, arrow_type)
                 if kind in ("float", "double"):  # a zero bound covers both zeros, as Parquet's writers do
@@ -522,7 +662,7 @@ class IcebergSync:
             "last-sequence-number": snapshot.id,
             **({"next-row-id": sum(lineage)} if lineage is not None else {}),
             "last-updated-ms": snapshot.time_millis,
-            "last-column-id": max(self.schema.highest_field_id, 0),
+            "last-column-id": highest_field_id(self.schema),
             "current-schema-id": self.schema.id,
             "schemas": [*schemas, self.iceberg_schema],
             "default-spec-id": 0,
@@ -530,7 +670,7 @@ class IcebergSync:
             "last-partition-id": 999 + len(self.spec),
             "default-sort-order-id": 0,
             "sort-orders": [{"order-id": 0, "fields": []}],
-            "properties": {"write.format.default": "parquet", "paimon.snapshot-id": str(snapshot.id)},
+            "properties": self._properties(snapshot),
             "current-snapshot-id": snapshot.id,
             "refs": {"main": {"snapshot-id": snapshot.id, "type": "branch"}},
             "snapshots": snapshots,
@@ -541,10 +681,11 @@ class IcebergSync:
         }
 
     # -- expiry ------------------------------------------------------------------------------------
-    def _clean(self, previous: dict[str, Any], metadata: dict[str, Any]) -> None:
-        """Files only expired Iceberg snapshots used, and metadata versions past the kept ones.
-        A manifest is carried forward over a contiguous run of snapshots, so one the oldest kept
-        snapshot does not list is used by no kept snapshot."""
+    def _clean(self, previous: dict[str, Any], metadata: dict[str, Any], previous_version: int | None) -> None:
+        """Files only expired Iceberg snapshots used, and metadata versions past the kept ones
+        (`previous_version`: the v<N> of `previous`; 0 for the schema-only metadata). A manifest is
+        carried forward over a contiguous run of snapshots, so one the oldest kept snapshot does
+        not list is used by no kept snapshot."""
         kept_ids = {s["snapshot-id"] for s in metadata["snapshots"]}
         for path in statistics.unreferenced(previous, metadata, self.dir):
             self._delete(path)
@@ -560,7 +701,7 @@ class IcebergSync:
         if self.table.core.get("metadata.iceberg.delete-after-commit.enabled"):
             logged = {e["metadata-file"] for e in metadata["metadata-log"]}
             for entry in [*previous.get("metadata-log", []),
-                          {"metadata-file": f"{self.dir}/v{self._current_id(previous)}.metadata.json"}]:
+                          {"metadata-file": f"{self.dir}/v{previous_version}.metadata.json"}]:
                 if entry["metadata-file"] not in logged:
                     self._delete(entry["metadata-file"])
 

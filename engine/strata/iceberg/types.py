@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from strata.schema.table_schema import TableSchema
+from strata.schema.table_schema import NESTED_DEPTH_LIMIT, NESTED_ID_BASE, TableSchema
 from strata.schema.types import DataField, DataType, UnsupportedTypeError
 
 _EPOCH = dt.date(1970, 1, 1)
@@ -23,8 +23,22 @@ _PRIMITIVES = {
 }
 
 
+# Ids of the fields inside collections are Paimon's (SpecialFields): derived from the column's id
+# and the nesting depth, so they stay fixed across schema changes; data files carry the same ids on
+# their element / key / value fields (TableSchema.file_arrow_schema).
+
+
+def element_id(field_id: int, depth: int) -> int:
+    """The id of an ARRAY element (also a MAP value) `depth` levels below column `field_id`."""
+    return NESTED_ID_BASE + field_id * NESTED_DEPTH_LIMIT + depth
+
+
+def key_id(field_id: int, depth: int) -> int:
+    return NESTED_ID_BASE - field_id * NESTED_DEPTH_LIMIT - depth
+
+
 def iceberg_type(data_type: DataType, column: str) -> str:
-    """The Iceberg primitive type of a Paimon column type; collections and TIME are refused by name."""
+    """The Iceberg primitive type of a Paimon column type; anything else is refused by name."""
     root = data_type.root
     if root in _PRIMITIVES:
         return _PRIMITIVES[root]
@@ -35,7 +49,53 @@ def iceberg_type(data_type: DataType, column: str) -> str:
     if root == "TIMESTAMP_LTZ" and (data_type.precision or 0) <= 6:
         return "timestamptz"
     raise UnsupportedTypeError(f"column {column!r} of type {data_type} has no Iceberg equivalent Strata "
-                               f"exports (supported: atomic types; TIMESTAMP up to precision 6)")
+                               f"exports (supported: atomic types but TIME, TIMESTAMP up to precision 6, "
+                               f"ARRAY, MAP and MULTISET of those)")
+
+
+def iceberg_type_json(data_type: DataType, column: str, field_id: int, depth: int = 0) -> Any:
+    """The Iceberg type of a column: a primitive's name, or a list / map object whose nested
+    field ids are Paimon's (`element_id`, `key_id`); a MULTISET is a map of element to count."""
+    root = data_type.root
+    if root == "ARRAY":
+        element = data_type.element
+        assert element is not None
+        return {"type": "list", "element-id": element_id(field_id, depth + 1),
+                "element": iceberg_type_json(element, column, field_id, depth + 1),
+                "element-required": not element.nullable}
+    if root in ("MAP", "MULTISET"):
+        key = data_type.key if root == "MAP" else data_type.element
+        value = data_type.value if root == "MAP" else DataType("INT", nullable=False)
+        assert key is not None and value is not None
+        return {"type": "map", "key-id": key_id(field_id, depth + 1),
+                "key": iceberg_type_json(key, column, field_id, depth + 1),
+                "value-id": element_id(field_id, depth + 1),
+                "value": iceberg_type_json(value, column, field_id, depth + 1),
+                "value-required": not value.nullable}
+    return iceberg_type(data_type, column)
+
+
+def check_exportable(schema: TableSchema, table: str) -> None:
+    """Refuse a schema whose Iceberg mirror could not be published, naming the column and type."""
+    for f in schema.fields:
+        try:
+            iceberg_type_json(f.type, f.name, f.id)
+        except UnsupportedTypeError as exc:
+            raise UnsupportedTypeError(f"table {table} has metadata.iceberg.storage set, but {exc}; "
+                                       f"change the column or leave metadata.iceberg.storage disabled") from None
+
+
+def highest_field_id(schema: TableSchema) -> int:
+    """The highest id the Iceberg schema uses (nested ids included: Iceberg's last-column-id)."""
+    return max([schema.highest_field_id, 0, *(_highest(f.type, f.id, 0) for f in schema.fields)])
+
+
+def _highest(data_type: DataType, field_id: int, depth: int) -> int:
+    if not data_type.is_nested:
+        return field_id
+    children = [data_type.element, data_type.key, data_type.value]
+    nested = [_highest(c, field_id, depth + 1) for c in children if c is not None]
+    return max([field_id, element_id(field_id, depth + 1), *nested])
 
 
 def schema_json(schema: TableSchema) -> dict[str, Any]:
@@ -48,9 +108,29 @@ def schema_json(schema: TableSchema) -> dict[str, Any]:
     return out
 
 
+def name_mapping(schema: TableSchema) -> list[dict[str, Any]]:
+    """Iceberg's ``schema.name-mapping.default``: field ids by Parquet name, for files written
+    before their nested fields carried ids (readers then resolve every column by name)."""
+    return [_mapped(f.type, f.id, 0, f.name) for f in schema.fields]
+
+
+def _mapped(data_type: DataType, field_id: int, depth: int, name: str, own_id: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"field-id": field_id if own_id is None else own_id, "names": [name]}
+    if data_type.root == "ARRAY" and data_type.element is not None:
+        out["fields"] = [_mapped(data_type.element, field_id, depth + 1, "element",
+                                 element_id(field_id, depth + 1))]
+    elif data_type.root in ("MAP", "MULTISET"):
+        key = data_type.key if data_type.root == "MAP" else data_type.element
+        value = data_type.value if data_type.root == "MAP" else DataType("INT", nullable=False)
+        assert key is not None and value is not None
+        out["fields"] = [_mapped(key, field_id, depth + 1, "key", key_id(field_id, depth + 1)),
+                         _mapped(value, field_id, depth + 1, "value", element_id(field_id, depth + 1))]
+    return out
+
+
 def _field_json(f: DataField) -> dict[str, Any]:
     out: dict[str, Any] = {"id": f.id, "name": f.name, "required": not f.type.nullable,
-                           "type": iceberg_type(f.type, f.name)}
+                           "type": iceberg_type_json(f.type, f.name, f.id)}
     if f.description:
         out["doc"] = f.description
     return out

@@ -92,7 +92,7 @@ class DataFileWriter:
         self.bucket_dir = bucket_dir
         self.config = config
         self.has_key = bool(config.schema.primary_keys)
-        self.file_schema = config.schema.file_arrow_schema()
+        self.file_schema = config.schema.file_arrow_schema(physical=True)
         self.key_names = [KEY_PREFIX + f.name for f in config.schema.key_fields()] if self.has_key else []
         self.value_names = config.schema.field_names
         self.name_prefix = name_prefix

@@ -71,9 +71,11 @@ class TableSchema:
     def key_fields(self) -> list[DataField]:
         return [self.field(k) for k in self.trimmed_primary_keys]
 
-    def file_arrow_schema(self) -> pa.Schema:
-        """Schema of data files: system columns first for primary-key tables, with field ids."""
-        value = [_with_id(f.to_arrow(), f.id) for f in self.fields]
+    def file_arrow_schema(self, physical: bool = False) -> pa.Schema:
+        """Schema of data files: system columns first for primary-key tables, with field ids.
+        `physical`: as the Parquet writer stores it (nested field ids; see `_file_type`)."""
+        micros = self.options.get("metadata.iceberg.storage", "disabled") != "disabled"
+        value = [_file_field(f.name, f.type, f.id, micros, physical) for f in self.fields]
         if not self.primary_keys:
             return pa.schema(value)
         keys = [_with_id(pa.field(KEY_PREFIX + f.name, f.type.to_arrow(), nullable=False),
@@ -124,6 +126,38 @@ class TableSchema:
 
 def _with_id(f: pa.Field, field_id: int) -> pa.Field:
     return f.with_metadata({b"PARQUET:field_id": str(field_id).encode()})
+
+
+# Paimon's ids of the fields inside collections (SpecialFields): from the column's id and the depth
+NESTED_ID_BASE = 2147483647 // 4
+NESTED_DEPTH_LIMIT = 1 << 10
+
+
+def _file_field(name: str, dtype: DataType, field_id: int, micros: bool, physical: bool) -> pa.Field:
+    arrow = _file_type(dtype, field_id, 0, micros) if physical else dtype.to_arrow()
+    return _with_id(pa.field(name, arrow, nullable=dtype.nullable), field_id)
+
+
+def _file_type(dtype: DataType, field_id: int, depth: int, micros: bool) -> pa.DataType:
+    """A column's Arrow type in data files: element, key and value fields carry Paimon's nested
+    field ids (readers that resolve Parquet columns by id need them: Iceberg's); with `micros`
+    (tables mirrored to Iceberg), TIMESTAMP WITH LOCAL TIME ZONE of precision <= 3 is stored in
+    microseconds, the only unit Iceberg allows (Trino refuses a MILLIS timestamptz column)."""
+    def child(name: str, t: DataType, child_id: int) -> pa.Field:
+        return _with_id(pa.field(name, _file_type(t, field_id, depth + 1, micros), nullable=t.nullable), child_id)
+
+    value_id = NESTED_ID_BASE + field_id * NESTED_DEPTH_LIMIT + depth + 1
+    if dtype.root == "ARRAY" and dtype.element is not None:
+        return pa.list_(child("element", dtype.element, value_id))
+    if dtype.root in ("MAP", "MULTISET"):
+        key = dtype.key if dtype.root == "MAP" else dtype.element
+        value = dtype.value if dtype.root == "MAP" else DataType("INT", nullable=False)
+        assert key is not None and value is not None
+        key_id = NESTED_ID_BASE - field_id * NESTED_DEPTH_LIMIT - depth - 1
+        return pa.map_(child("key", key.not_null(), key_id), child("value", value, value_id))
+    if micros and dtype.root == "TIMESTAMP_LTZ" and (dtype.precision or 0) <= 3:
+        return pa.timestamp("us", tz="UTC")
+    return dtype.to_arrow()
 
 
 def schema_from_arrow(arrow_schema: pa.Schema, partition_keys: list[str] | None = None,

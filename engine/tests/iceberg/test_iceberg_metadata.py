@@ -178,10 +178,19 @@ def test_failed_sync_never_fails_the_commit_and_the_cli_catches_up(catalog: stra
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     schema = pa.schema([("id", pa.int64())])
     table = catalog.create_table("db.blocked", schema, options=ICEBERG)
+    table.file_io.delete_dir(f"{table.path}/metadata")  # the schema-only metadata of the new table
     table.file_io.write_bytes(f"{table.path}/metadata", b"not a directory")
+    failures = _sample("strata_iceberg_sync_failures_total", "db.blocked")
     result = table.write(pa.table({"id": [1, 2]}, schema=schema))
     assert result.snapshot_ids == [1], "the commit is durable even though the Iceberg sync failed"
     assert table.to_arrow().num_rows == 2
+    # the failure is counted, the lag shown, and the status command says why
+    assert _sample("strata_iceberg_sync_failures_total", "db.blocked") == failures + 1
+    assert _sample("strata_iceberg_sync_lag_snapshots", "db.blocked") == 1
+    assert cli(["--warehouse", warehouse, "iceberg", "status", "db.blocked"]) == 1
+    out = capsys.readouterr().out
+    assert "latest snapshot 1; Iceberg metadata shows no Iceberg metadata; 1 snapshot(s) behind" in out
+    assert "last failure" in out and "snapshot 1: " in out and "Error" in out, out
     table.file_io.delete(f"{table.path}/metadata")
     assert latest_metadata_location(table) is None
     assert cli(["--warehouse", warehouse, "iceberg", "sync", "db.blocked"]) == 0
@@ -189,6 +198,17 @@ def test_failed_sync_never_fails_the_commit_and_the_cli_catches_up(catalog: stra
     assert_same(table, {})
     assert cli(["--warehouse", warehouse, "iceberg", "sync", "db.blocked"]) == 0
     assert "up to date" in capsys.readouterr().out
+    assert cli(["--warehouse", warehouse, "iceberg", "status", "db.blocked"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["table db.blocked: latest snapshot 1; Iceberg metadata shows "
+                                                    "snapshot 1; up to date"]
+    table.write(pa.table({"id": [3]}, schema=schema))
+    assert _sample("strata_iceberg_sync_lag_snapshots", "db.blocked") == 0
+
+
+def _sample(name: str, table: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, {"table": table}) or 0.0
 
 
 def test_rollback_restarts_the_iceberg_history(catalog: strata.Catalog, warehouse_options: dict[str, str]) -> None:

@@ -149,9 +149,16 @@ def test_data_files_use_paimon_parquet_layout(catalog, tmp_path):
     text = str(parquet_schema)
     # ParquetSchemaConverter: 3-level lists (list / element) and maps (key_value / key / value)
     assert "repeated group field_id=-1 list" in text and "element" in text
-    assert "repeated group field_id=-1 key_value" in text and "required binary field_id=-1 key (String)" in text
+    assert "repeated group field_id=-1 key_value" in text
     arrow_schema = pq.read_schema(path)
     assert [f.metadata[b"PARQUET:field_id"] for f in arrow_schema] == [b"0", b"1", b"2", b"3"]
+    # nested fields carry Paimon's ids (SpecialFields: 2^29 - 1 +/- 1024 * column id +/- depth)
+    base = 2**29 - 1
+    assert f"optional binary field_id={base + 1024 + 1} element (String)" in text
+    assert f"required binary field_id={base - 2048 - 1} key (String)" in text
+    assert f"optional int32 field_id={base + 2048 + 1} value" in text
+    assert f"field_id={base + 3072 + 1} element" in text
+    assert f"optional int32 field_id={base + 3072 + 2} element" in text
 
 
 def test_manifest_stats_of_nested_columns(catalog):
