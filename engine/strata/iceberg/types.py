@@ -81,7 +81,8 @@ def check_exportable(schema: TableSchema, table: str) -> None:
         try:
             iceberg_type_json(f.type, f.name, f.id)
         except UnsupportedTypeError as exc:
-            raise UnsupportedTypeError(f"table {table} has metadata.iceberg.storage set, but {exc}; "
+            within = f"column {f.name!r} of type {f.type}: its " if f.type.is_nested else ""
+            raise UnsupportedTypeError(f"table {table} has metadata.iceberg.storage set, but {within}{exc}; "
                                        f"change the column or leave metadata.iceberg.storage disabled") from None
 
 
