@@ -672,13 +672,33 @@ class IcebergSync:
             "sort-orders": [{"order-id": 0, "fields": []}],
             "properties": self._properties(snapshot),
             "current-snapshot-id": snapshot.id,
-            "refs": {"main": {"snapshot-id": snapshot.id, "type": "branch"}},
+            "refs": {"main": {"snapshot-id": snapshot.id, "type": "branch"}, **self._refs(snapshots)},
             "snapshots": snapshots,
             "snapshot-log": [{"timestamp-ms": s["timestamp-ms"], "snapshot-id": s["snapshot-id"]} for s in snapshots],
             "metadata-log": metadata_log,
             "statistics": statistics.carried(previous, snapshots),  # until the next refresh
             "partition-statistics": [],
         }
+
+    def _refs(self, snapshots: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Tags as Iceberg tag refs (as Paimon's mirror does), and branches as branch refs when their
+        head is one of main's mirrored snapshots (a branch not written since it was created); a
+        written branch's snapshots are not mirrored (their ids are main's ids), so it is left out."""
+        from strata.errors import SnapshotNotFoundError
+        from strata.snapshot.branches import branch_path
+        from strata.snapshot.snapshot_manager import SnapshotManager
+
+        mirrored = {s["snapshot-id"] for s in snapshots}
+        refs = {t.name: {"snapshot-id": t.snapshot.id, "type": "tag"}
+                for t in self.table.tags.list_all() if t.snapshot.id in mirrored and t.name != "main"}
+        for name in self.table.branches.names():
+            head = SnapshotManager(self.file_io, branch_path(self.table.path, name)).latest()
+            if name in refs or head is None or head.id not in mirrored:
+                continue
+            with contextlib.suppress(SnapshotNotFoundError):
+                if self.table.snapshot_manager.snapshot(head.id) == head:
+                    refs[name] = {"snapshot-id": head.id, "type": "branch"}
+        return refs
 
     # -- expiry ------------------------------------------------------------------------------------
     def _clean(self, previous: dict[str, Any], metadata: dict[str, Any], previous_version: int | None) -> None:
