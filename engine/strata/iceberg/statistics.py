@@ -41,7 +41,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from strata.iceberg import puffin
-from strata.snapshot.snapshot import CommitKind
 
 if TYPE_CHECKING:
     from strata.table.table import Table
@@ -53,6 +52,7 @@ SLICE_ROWS = 65_536  # rows converted to Python values at a time
 STALE_FRACTION = 0.1  # a compaction refreshes statistics once total-records moved this much
 VERSION_HINT = "version-hint.text"
 ATTACH_ATTEMPTS = 5
+COMPACTION = "replace"  # the Iceberg operation of a compaction's snapshot
 
 
 @dataclass
@@ -213,31 +213,34 @@ def _delete(table: Table, path: str) -> None:
         table.file_io.delete(path)
 
 
-def stale(table: Table, metadata_dir: str) -> bool:
-    """After a compaction: no statistics yet, or total-records moved by more than STALE_FRACTION
-    since the snapshot they were computed at."""
-    latest = table.snapshot_manager.latest()
-    if latest is None or latest.commit_kind != CommitKind.COMPACT:
+def stale(metadata: dict[str, Any]) -> bool:
+    """Metadata a compaction just published: no statistics yet, or total-records moved by more
+    than STALE_FRACTION since the snapshot they were computed at."""
+    snapshots = {s["snapshot-id"]: s for s in metadata["snapshots"]}
+    current = snapshots.get(_current_id(metadata))
+    if current is None or current.get("summary", {}).get("operation") != COMPACTION:
         return False
-    version = _read_hint(table, metadata_dir)
-    metadata = None if version is None else _load(table, metadata_dir, version)
-    if metadata is None or _current_id(metadata) != latest.id:
-        return False
-    records = {s["snapshot-id"]: int(s.get("summary", {}).get("total-records", 0)) for s in metadata["snapshots"]}
     entries = metadata.get("statistics") or []
     if not entries:
         return True
-    then = records.get(max(e["snapshot-id"] for e in entries))
-    return then is None or abs(records[latest.id] - then) > STALE_FRACTION * max(then, 1)
+    then = snapshots.get(max(e["snapshot-id"] for e in entries))
+    if then is None:
+        return True
+
+    def records(snapshot: dict[str, Any]) -> int:
+        return int(snapshot.get("summary", {}).get("total-records", 0))
+
+    return abs(records(current) - records(then)) > STALE_FRACTION * max(records(then), 1)
 
 
-def refresh_after_commit(table: Table, metadata_dir: str) -> None:
-    """The commit's follow-up (``metadata.iceberg.statistics=compaction``): refresh statistics
-    when a compaction left them stale. A failure is logged; the commit and its metadata stand."""
-    if str(table.core.get("metadata.iceberg.statistics")) != "compaction":
+def refresh_after_commit(table: Table, metadata_dir: str, published: dict[str, Any] | None) -> None:
+    """The commit's follow-up (``metadata.iceberg.statistics=compaction``), given the metadata its
+    sync published (None: nothing published): refresh statistics when a compaction left them
+    stale. No request is made otherwise. A failure is logged; the commit and its metadata stand."""
+    if published is None or str(table.core.get("metadata.iceberg.statistics")) != "compaction":
         return
     try:
-        if stale(table, metadata_dir):
+        if stale(published):
             refresh(table, metadata_dir)
     except ImportError:
         log.info("table %s: Iceberg statistics need the datasketches package (the stats extra)", table.identifier)

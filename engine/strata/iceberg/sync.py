@@ -107,7 +107,7 @@ def sync_after_commit(table: Table) -> None:
                     exc_info=log.isEnabledFor(logging.DEBUG))
         return
     sync.record_success()
-    statistics.refresh_after_commit(table, sync.dir)  # NDV sketches, when a compaction left them stale
+    statistics.refresh_after_commit(table, sync.dir, sync.published)  # NDV sketches, if a compaction left them stale
 
 
 def publish_schema(table: Table) -> None:
@@ -209,6 +209,7 @@ class IcebergSync:
         self.iceberg_schema = schema_json(table.schema)
         self.prefix = uuid.uuid4().hex
         self._written = 0
+        self.published: dict[str, Any] | None = None  # the metadata the last _sync wrote
 
     # -- entry point -------------------------------------------------------------------------------
     def sync(self) -> SyncResult:
@@ -338,6 +339,7 @@ class IcebergSync:
         if rolled_back or (_read_hint(self.table, self.dir) or 0) < snapshot.id:
             self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(snapshot.id).encode())
         metadata = json.loads(data)
+        self.published = metadata
         if previous is not None:
             self._clean(previous, metadata, previous_id)
         return SyncResult(snapshot.id, location, full, counts["total-data-files"], counts["total-delete-files"])
