@@ -74,7 +74,9 @@ _OPERATIONS = {CommitKind.APPEND: "append", CommitKind.COMPACT: "replace", Commi
 
 
 def enabled(table: Table) -> bool:
-    return str(table.core.get("metadata.iceberg.storage")) != "disabled"
+    """Mirrored: main of a table with ``metadata.iceberg.storage`` set (a branch's snapshots are not:
+    its ids are main's; tags and unwritten branches become refs of main's metadata)."""
+    return getattr(table, "branch", "main") == "main" and str(table.core.get("metadata.iceberg.storage")) != "disabled"
 
 
 def table_location(table: Table) -> str:

@@ -4,6 +4,7 @@ with main untouched, fast-forward, and expiry / orphan cleanup that keep what an
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
 import pyarrow as pa
@@ -207,3 +208,19 @@ def test_expiry_on_either_side_keeps_what_the_other_uses(table, catalog):
 def _now() -> int:
     """A guard of now: every unreferenced file counts as old (no writer is in flight here)."""
     return int(time.time() * 1000)
+
+
+def test_branch_commits_leave_mains_iceberg_metadata_alone(catalog, warehouse_io):
+    table = catalog.create_table("db.ice", SCHEMA, options={"metadata.iceberg.storage": "table-location"})
+    table.write(batch([1], "m"))
+    table.create_tag("t1")
+    hint = f"{table.path}/metadata/version-hint.text"
+    before = warehouse_io.read_bytes(hint)
+    b = table.create_branch("b1", from_tag="t1")
+    b.write(batch([2], "b"))
+    b.add_column("extra", pa.int32())
+    assert warehouse_io.read_bytes(hint) == before
+    table.write(batch([3], "m"))  # main's next sync publishes the tag as a ref
+    latest = warehouse_io.read_bytes(hint).decode().strip()
+    metadata = json.loads(warehouse_io.read_bytes(f"{table.path}/metadata/v{latest}.metadata.json"))
+    assert metadata["refs"]["t1"] == {"snapshot-id": 1, "type": "tag"} and "b1" not in metadata["refs"]
