@@ -50,6 +50,10 @@ def validate_schema(schema: TableSchema, where: str) -> None:
             f"primary-key table {where}: postpone bucket mode (bucket=-2) is not supported for writing (its "
             "rows stay invisible until Paimon's postpone compaction assigns buckets); leave option 'bucket' "
             "unset for dynamic buckets, or set a fixed bucket count N > 0")
+    if schema.primary_keys and bucket == -1 and str(core.get("log.system")) == "kafka":
+        raise SchemaMismatchError(
+            f"primary-key table {where}: log.system=kafka needs a fixed bucket count (a Kafka partition per "
+            "bucket), not dynamic buckets; set option 'bucket' to N > 0")
     if not schema.primary_keys and bucket > 0 and not core.bucket_key():
         raise SchemaMismatchError(f"append table {where} with bucket={bucket} needs option 'bucket-key'")
     if not schema.primary_keys and bucket == -2:

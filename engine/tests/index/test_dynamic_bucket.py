@@ -184,5 +184,22 @@ def test_creation_rules(catalog):
         catalog.create_table("db.x", SCHEMA, partition_keys=["dt"], primary_keys=["id"])
     with pytest.raises(SchemaMismatchError, match="postpone bucket mode"):
         catalog.create_table("db.y", SCHEMA, primary_keys=["id"], options={"bucket": "-2"})
+    with pytest.raises(SchemaMismatchError, match=r"log\.system=kafka needs a fixed bucket count"):
+        catalog.create_table("db.w", SCHEMA, primary_keys=["id"], options={"log.system": "kafka"})
     fixed = catalog.create_table("db.z", SCHEMA, primary_keys=["id"], options={"bucket": "2"})
     assert fixed.core.bucket == 2
+
+
+def test_cli_creates_dynamic_bucket_tables(tmp_path, capsys):
+    from strata.cli import main as cli
+
+    warehouse = str(tmp_path / "wh")
+    cli(["--warehouse", warehouse, "create-database", "db"])
+    cli(["--warehouse", warehouse, "create-table", "db.t", "--schema", "id BIGINT NOT NULL, v STRING",
+         "--primary-key", "id"])
+    table = strata.load_catalog(warehouse).get_table("db.t")
+    assert table.core.bucket == -1 and "bucket" not in table.schema.options
+    table.write(pa.table({"id": [1, 2], "v": ["a", "b"]}))
+    table.write(pa.table({"id": [2], "v": ["c"]}))
+    got = strata.load_catalog(warehouse).get_table("db.t").to_arrow().to_pylist()
+    assert sorted(got, key=lambda r: r["id"]) == [{"id": 1, "v": "a"}, {"id": 2, "v": "c"}]
