@@ -116,3 +116,27 @@ def test_conjunction_keeps_the_rest() -> None:
     assert predicate is not None and predicate.fields() == {"id"}
     assert rest == [other]
     assert conjunction([], TABLE_SCHEMA) == (None, [])
+
+
+def test_spark_pushes_date_and_decimal_literals_through_the_binding(session, catalog) -> None:
+    """A real Spark read of a table partitioned by a DATE and a DECIMAL(10,2): both pushed filters
+    prune partitions, amount < 0.005 as amount <= 0.00, so one split of three is planned."""
+    from pyspark.sql import functions as F
+
+    schema = pa.schema([("id", pa.int64()), ("amount", pa.decimal128(10, 2)), ("day", pa.date32())])
+    table = catalog.create_table("db.sales", schema, partition_keys=["day", "amount"], options={"bucket": "-1"})
+    amounts = [Decimal(a) for a in ("0.00", "0.00", "1.00", "2.50")]
+    for day in (1, 2):
+        table.write(pa.table({"id": range(day * 10, day * 10 + 4), "amount": amounts,
+                              "day": [dt.date(2024, 1, day)] * 4}, schema=schema))
+    session.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        df = session.read.format("strata").options(**{"filter-pushdown": "true", "source.split.target-size": "1b"}) \
+            .load(f"{catalog.warehouse}#db.sales")
+        on_day = df.filter(F.col("day") == F.lit(dt.date(2024, 1, 2)))
+        assert on_day.rdd.getNumPartitions() == 3
+        picked = on_day.filter(F.col("amount") < F.lit(Decimal("0.005")))
+        assert sorted(r["id"] for r in picked.collect()) == [20, 21]
+        assert picked.rdd.getNumPartitions() == 1
+    finally:
+        session.conf.set("spark.sql.python.filterPushdown.enabled", "false")
