@@ -73,7 +73,7 @@ def setup(request: pytest.FixtureRequest, minio: Service, postgres: Service) -> 
     catalog = strata.load_catalog(warehouse, **options)
     catalog.create_database("db")
     table = catalog.create_table("db.t", SCHEMA, primary_keys=["k"], options=OPTIONS)
-    assert catalog.publish_mode(table) == {"jdbc-lock": "lock", "conditional-put": "atomic"}[mode]  # type: ignore[attr-defined]
+    assert catalog.publish_mode(table) == {"jdbc-lock": "lock", "conditional-put": "atomic"}[mode]
     table.write(batch("main", 0))
     table.create_branch("b1", from_snapshot=1)
     yield warehouse, options, catalog
@@ -82,7 +82,7 @@ def setup(request: pytest.FixtureRequest, minio: Service, postgres: Service) -> 
 
 def test_main_and_branch_writers_commit_concurrently(setup: Any) -> None:
     warehouse, options, catalog = setup
-    start, errors = threading.Event(), []
+    start, errors = threading.Event(), list[BaseException]()
     threads = [threading.Thread(target=writer, args=(warehouse, options, "db.t", "main", start, errors)),
                threading.Thread(target=writer, args=(warehouse, options, "db.t$branch_b1", "branch", start, errors))]
     for t in threads:
@@ -107,7 +107,7 @@ def test_fast_forward_racing_a_main_commit_wins_whole_or_fails_clearly(setup: An
     for seq in range(1, 2 * COMMITS):  # the branch is longer than main will be
         branch.write(batch("branch", seq))
     branch_keys = keys(branch)
-    start, errors = threading.Event(), []
+    start, errors = threading.Event(), list[BaseException]()
     main_writer = threading.Thread(target=writer, args=(warehouse, options, "db.t", "main", start, errors))
     main_writer.start()
     start.set()

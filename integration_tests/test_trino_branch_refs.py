@@ -27,7 +27,7 @@ def iceberg_rest(minio: Service) -> Iterator[Service]:
 
 @pytest.fixture(scope="module")
 def database(iceberg_rest: Service) -> Iterator[tuple[Any, str]]:
-    catalog = iceberg_rest.catalog()  # type: ignore[attr-defined]
+    catalog = iceberg_rest.catalog()
     name = f"trino_refs_{uuid.uuid4().hex[:8]}"
     catalog.create_database(name)
     yield catalog, name
@@ -35,7 +35,7 @@ def database(iceberg_rest: Service) -> Iterator[tuple[Any, str]]:
 
 
 def rows(trino: Service, sql: str) -> list[tuple[Any, ...]]:
-    return sorted(tuple(r) for r in trino.query(sql))  # type: ignore[attr-defined]
+    return sorted(tuple(r) for r in trino.query(sql))
 
 
 def test_tags_and_unwritten_branches_are_iceberg_refs(trino: Service, database: tuple[Any, str]) -> None:
@@ -53,5 +53,5 @@ def test_tags_and_unwritten_branches_are_iceberg_refs(trino: Service, database: 
     assert rows(trino, f"SELECT * FROM {name} FOR VERSION AS OF 'fresh'") == [(1, "a"), (2, "b")]
     assert rows(trino, f"SELECT * FROM {name}") == [(1, "a"), (2, "b"), (3, "c")]
     with pytest.raises(Exception, match="Cannot find snapshot with reference name: wip") as missing:
-        trino.query(f"SELECT * FROM {name} FOR VERSION AS OF 'wip'")  # type: ignore[attr-defined]
+        trino.query(f"SELECT * FROM {name} FOR VERSION AS OF 'wip'")
     print(f"Trino on a branch without a ref: {missing.value}")

@@ -22,7 +22,7 @@ def batch(ids: list[int], tag: str) -> pa.Table:
 
 
 def rows(table: strata.Table, **at: object) -> list[tuple]:
-    data = table.to_arrow(**at)  # type: ignore[arg-type]
+    data = table.to_arrow(**at)
     return sorted(zip(*(data.column(c).to_pylist() for c in data.column_names), strict=True))
 
 
