@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from strata.errors import SnapshotNotFoundError
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
-from strata.operation.expire import FileKey, TableFiles, file_key
+from strata.operation.expire import FileKey, TableFiles, file_key, other_branches_files
 from strata.snapshot.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -79,8 +79,9 @@ def rollback_to(table: Table, target: int | str) -> RollbackResult:
 
     # 1. plan: files of the deleted snapshots and tags that the target does not have
     files = TableFiles(table)
-    keep_data = files.live_keys(snapshot)
-    keep_metadata = files.metadata_names(snapshot)
+    shared = other_branches_files(table, files)  # a branch may have started after the target
+    keep_data = files.live_keys(snapshot) | shared.data
+    keep_metadata = files.metadata_names(snapshot) | shared.metadata
     for tag in kept_tags:
         keep_metadata |= files.metadata_names(tag)
     candidates: list[ManifestEntry] = []

@@ -224,3 +224,13 @@ def test_branch_commits_leave_mains_iceberg_metadata_alone(catalog, warehouse_io
     latest = warehouse_io.read_bytes(hint).decode().strip()
     metadata = json.loads(warehouse_io.read_bytes(f"{table.path}/metadata/v{latest}.metadata.json"))
     assert metadata["refs"]["t1"] == {"snapshot-id": 1, "type": "tag"} and "b1" not in metadata["refs"]
+
+
+def test_rollback_of_main_keeps_a_later_branchs_files(table, catalog):
+    latest = table.latest_snapshot().id
+    b = table.create_branch("b1", from_snapshot=latest)  # after the tag main rolls back to
+    expected = rows(b)
+    table.rollback_to("t1")
+    assert rows(catalog.get_table("db.t$branch_b1")) == expected
+    b.write(batch([9], "b"))
+    assert rows(catalog.get_table("db.t$branch_b1")) == sorted([*expected, (9, "b9")])
