@@ -56,3 +56,10 @@ def test_spark_writes_dynamic_buckets(session: SparkSession, tmp_path: Path) -> 
     plain = catalog.get_table("db.plain")
     check_placement(plain)
     assert len(hash_index(plain)) == 2 and plain.to_arrow().num_rows == 300
+    # an overwrite places keys afresh: the replaced partitions' index goes with their files
+    frame(session, range(1000, 1040), "o", 2).write.format("strata").mode("overwrite").save(
+        f"{catalog.warehouse}#db.plain")  # type: ignore[attr-defined]
+    plain = catalog.get_table("db.plain")
+    check_placement(plain)
+    assert sorted(len(h) for h in hash_index(plain).values()) == [20, 20]
+    assert plain.to_arrow().num_rows == 40

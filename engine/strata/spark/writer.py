@@ -102,15 +102,16 @@ class StrataWriterMessage(WriterCommitMessage):
 
 # -- executor side ---------------------------------------------------------------------------------
 def write_task(ref: TableRef, batches: Iterable[pa.RecordBatch], write_only: bool,
-               commit_user: str, watermark_column: str | None = None) -> StrataWriterMessage:
+               commit_user: str, watermark_column: str | None = None, overwrite: bool = False) -> StrataWriterMessage:
     """Write one task's rows into new files (and the maximum of `watermark_column` over them);
-    on failure delete what was written."""
+    on failure delete what was written. `overwrite`: the rows replace their partitions (dynamic
+    buckets are placed from an empty hash index)."""
     table = ref.load()
     partition_id = _partition_id()
     offset = max(partition_id, 0) * SEQUENCE_STRIDE if table.schema.primary_keys else 0
     # compaction=False: no compaction in this task; None: as the table says (`write-only`)
     writer = TableWrite(table, compaction=False if write_only else None, commit_user=commit_user,
-                        sequence_offset=offset)
+                        sequence_offset=offset, overwrite=overwrite)
     rows = 0
     watermark: int | None = None
     pending: list[pa.RecordBatch] = []
@@ -389,7 +390,8 @@ class StrataBatchWriter(_Committer, DataSourceArrowWriter):
         self.commit_user = user or f"spark-batch-{uuid.uuid4()}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StrataWriterMessage:
-        return write_task(self.ref, iterator, self.write_only, self.commit_user, self.watermark_column)
+        return write_task(self.ref, iterator, self.write_only, self.commit_user, self.watermark_column,
+                          self.overwrite)
 
     @cause_first
     def commit(self, messages: list[Any]) -> None:
@@ -429,7 +431,8 @@ class StrataStreamWriter(_Committer, DataSourceStreamArrowWriter):
                               "snapshots are read from its offset log)")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StrataWriterMessage:
-        return write_task(self.ref, iterator, self.write_only, self.commit_user, self.watermark_column)
+        return write_task(self.ref, iterator, self.write_only, self.commit_user, self.watermark_column,
+                          self.overwrite)
 
     @cause_first
     def commit(self, messages: list[Any], batchId: int) -> None:

@@ -209,7 +209,7 @@ def test_warehouse_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     (["create-table", "db.x", "--schema", "id INT", "--option", "bucket=zero"], "bucket"),
     (["create-table", "db.x", "--schema", "id INT", "--option", "novalue"], "novalue"),
     (["create-table", "db.x", "--schema", "id INT", "--primary-key", "nope"], "nope"),
-    (["create-table", "db.x", "--schema", "id INT", "--primary-key", "id"], "bucket"),
+    (["create-table", "db.x", "--schema", "id INT", "--primary-key", "id", "--option", "bucket=-2"], "postpone"),
     (["create-table", "db.t", "--schema", "id INT"], "db.t"),
     (["create-table", "notatable", "--schema", "id INT"], "notatable"),
     (["read", "db.t", "--columns", "id,nope"], "nope"),
