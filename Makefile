@@ -13,7 +13,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast test-integration bench lint format services-install services-up services-down services-check images compose-up compose-down trino-shell helm-check clean
+.PHONY: help venv demo test test-fast test-integration bench lint format services-install services-up services-down services-check images compose-up compose-down trino-shell tpch helm-check clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -75,6 +75,11 @@ compose-down: $(STAMP) ## Stop the compose stack and remove its volumes
 
 trino-shell: $(STAMP) ## SQL prompt on Trino's strata catalog (Strata tables as Iceberg); starts MinIO, the REST catalog and Trino if needed
 	$(SERVICES_CLI) run minio iceberg_rest trino -- $(PY) -m strata_platform.trino_shell
+
+SF ?= 1
+REFRESH ?= 2
+tpch: $(STAMP) ## TPC-H SF=1 REFRESH=2: Spark loads/refreshes Strata tables, Trino and Spark run the 22 queries vs Trino's own Iceberg tables; table + build/tpch-sf<SF>.svg
+	$(SERVICES_CLI) run minio postgres iceberg_rest trino -- $(PY) -m strata_platform.tpch --sf $(SF) --refresh $(REFRESH)
 
 helm-check: $(STAMP) ## Lint the Helm chart, render it with helm/strata/ci/*.yaml, validate against Kubernetes schemas
 	$(PY) -m pytest integration_tests/test_helm.py -p no:cacheprovider -q

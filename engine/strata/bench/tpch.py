@@ -1,0 +1,156 @@
+"""TPC-H through the whole stack (``strata_platform.tpch``), as bench entries.
+
+One run at ``BENCH_SCALE_FACTOR`` x ``--scale`` (SF 0.05 at scale 1: 300,000 lineitems, which this
+2-core machine loads, refreshes and queries in a few minutes) does the load (Spark into Strata,
+Trino CTAS into its native Iceberg catalog), the 22 queries on Trino over Strata, Trino native and
+Spark over Strata (and Spark over the same rows as plain Parquet), ``REFRESH_ROUNDS`` refresh
+rounds and the queries again; its result is kept in the bench's work directory, so the four
+entries share it:
+
+TPCH_TRINO    geometric mean over the 22 queries of Trino on Strata / Trino native (the worse of
+              after-load and after-refresh; the worst query is named).
+TPCH_SPARK    geometric mean of Spark SQL over format("strata") / Spark SQL over plain Parquet.
+TPCH_LOAD     rows/s through Spark into Strata, against Trino's CTAS into its native catalog.
+TPCH_REFRESH  seconds per refresh round through Spark (RF1 + RF2 on orders and lineitem), against
+              Trino's INSERT/DELETE; and how long until Trino sees a round (p99).
+
+Needs the platform package (``strata_platform``) and MinIO, PostgreSQL, the Iceberg REST catalog
+and Trino running (``make bench`` starts them); skipped with a note otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from strata.bench.spec import PartResult, Target, Workload
+
+BENCH_SCALE_FACTOR = 0.05
+REFRESH_ROUNDS = 2
+
+
+def unavailable() -> str | None:
+    if importlib.util.find_spec("strata_platform") is None:
+        return "the platform package (strata_platform) is not installed"
+    from strata_platform.services import registry
+
+    down = [name for name in ("minio", "postgres", "iceberg_rest", "trino")
+            if registry.get(name).running_pid() is None]
+    return f"not running: {', '.join(down)}" if down else None
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(max(v, 1e-9)) for v in values) / len(values))
+
+
+def run_once(work_dir: str, scale: float) -> PartResult:
+    """The whole TPC-H run (cached in work_dir: the four entries share one run)."""
+    scale_factor = round(BENCH_SCALE_FACTOR * scale, 4)
+    cache = os.path.join(work_dir, f"tpch-sf{scale_factor:g}.json")
+    if os.path.exists(cache):
+        with open(cache) as f:
+            cached: PartResult = json.load(f)
+        return cached
+    from pathlib import Path
+
+    from strata_platform.tpch.__main__ import start
+    from strata_platform.tpch.workload import peak_rss_mb
+
+    tpch = start(scale_factor)
+    tpch.work_dir = Path(work_dir) / "tpch"
+    result: PartResult = {"scale_factor": scale_factor}
+    result["native_load_s"] = tpch.load_native()["total"]
+    tpch.export_parquet()
+    result["strata_load_s"] = tpch.load_strata()["total"]
+    result["rows"] = sum(count for count, _ in tpch.verify_load().values())
+    result["after_load"] = _seconds(tpch.run_all())
+    result["spark_parquet"] = {str(q): r.seconds for q, r in tpch.run_spark(plain_parquet=True).items()}
+    rounds = []
+    for round_no in range(1, REFRESH_ROUNDS + 1):
+        native = tpch.refresh_native(round_no)
+        strata = tpch.refresh_strata(round_no)
+        rounds.append({"native_s": native, "strata_s": strata, "visibility_s": tpch.visibility_seconds()})
+    result["refresh"] = rounds
+    result["after_refresh"] = _seconds(tpch.run_all(spark_cache=True))  # Spark: results checked, not timed
+    result["processes_peak_rss_mb"] = peak_rss_mb(tpch.trino)
+    tpch.spark.stop()
+    with open(cache, "w") as f:
+        json.dump(result, f)
+    return result
+
+
+def _seconds(runs: Mapping[str, Mapping[int, Any]]) -> dict[str, dict[str, float]]:
+    return {engine: {str(q): run.seconds for q, run in by_query.items()} for engine, by_query in runs.items()}
+
+
+def _ratios(mine: Mapping[str, float], reference: Mapping[str, float]) -> dict[str, float]:
+    return {q: mine[q] / max(reference[q], 1e-9) for q in mine}
+
+
+def _trino_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
+    r = parts["tpch"]
+    phases = {phase: _ratios(r[phase]["trino_strata"], r[phase]["trino_native"])
+              for phase in ("after_load", "after_refresh")}
+    means = {phase: _geomean(list(ratios.values())) for phase, ratios in phases.items()}
+    worst_phase = max(means, key=means.__getitem__)
+    worst = max(phases[worst_phase], key=phases[worst_phase].__getitem__)
+    return {"value": round(_geomean(list(r["after_load"]["trino_strata"].values())), 3),
+            "reference": round(_geomean(list(r["after_load"]["trino_native"].values())), 3),
+            "ratio": round(max(means.values()), 3), "ratio_after_load": round(means["after_load"], 3),
+            "ratio_after_refresh": round(means["after_refresh"], 3),
+            "worst_query": f"Q{worst} {phases[worst_phase][worst]:.2f}x ({worst_phase})",
+            "scale_factor": r["scale_factor"], "processes_peak_rss_mb": r["processes_peak_rss_mb"]}
+
+
+def _spark_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
+    r = parts["tpch"]
+    ratios = _ratios(r["after_load"]["spark_strata"], r["spark_parquet"])
+    worst = max(ratios, key=ratios.__getitem__)
+    return {"value": round(_geomean(list(r["after_load"]["spark_strata"].values())), 3),
+            "reference": round(_geomean(list(r["spark_parquet"].values())), 3),
+            "ratio": round(_geomean(list(ratios.values())), 3), "worst_query": f"Q{worst} {ratios[worst]:.2f}x"}
+
+
+def _load_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
+    r = parts["tpch"]
+    strata, native = r["rows"] / r["strata_load_s"], r["rows"] / r["native_load_s"]
+    return {"value": round(strata), "reference": round(native), "ratio": round(strata / native, 3),
+            "rows": r["rows"]}
+
+
+def _refresh_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
+    rounds = parts["tpch"]["refresh"]
+    visible = sorted(x["visibility_s"] for x in rounds)
+    strata = sum(x["strata_s"] for x in rounds) / len(rounds)
+    native = sum(x["native_s"] for x in rounds) / len(rounds)
+    return {"value": round(strata, 2), "reference": round(native, 2), "ratio": round(strata / native, 3),
+            "visibility_p99_s": round(visible[min(len(visible) - 1, math.ceil(0.99 * len(visible)) - 1)], 3)}
+
+
+_PARTS = {"tpch": run_once}
+_WHAT = f"TPC-H SF {BENCH_SCALE_FACTOR:g} x scale, {REFRESH_ROUNDS} refresh rounds"
+WORKLOADS = {
+    "TPCH_TRINO": Workload(
+        f"{_WHAT}: geomean of Trino on Strata / Trino native over the 22 queries (worse of after load and "
+        "after refresh)", Target("<=", 1.1), "ratio", "geomean s Strata (native); ratio", _PARTS, _trino_summary,
+        unavailable=unavailable, extra_lines=(("ratio after load", "ratio_after_load"),
+                                              ("ratio after refresh", "ratio_after_refresh"),
+                                              ("worst query", "worst_query"))),
+    "TPCH_SPARK": Workload(
+        f"{_WHAT}: geomean of Spark SQL on format('strata') / Spark SQL on plain Parquet of the same rows",
+        Target("<=", 1.3), "ratio", "geomean s Strata (Parquet); ratio", _PARTS, _spark_summary,
+        unavailable=unavailable, extra_lines=(("worst query", "worst_query"),)),
+    "TPCH_LOAD": Workload(
+        f"{_WHAT}: rows/s of the load, Spark into Strata vs Trino CTAS into its native Iceberg catalog",
+        Target(">=", 0.5), "ratio", "rows/s Strata (Trino CTAS); ratio", _PARTS, _load_summary,
+        unavailable=unavailable),
+    "TPCH_REFRESH": Workload(
+        f"{_WHAT}: seconds per refresh round (RF1 + RF2), Spark into Strata vs Trino INSERT/DELETE; Trino "
+        "sees a Strata round after visibility_p99_s", Target("<=", 5.0), "visibility_p99_s",
+        "s per round Strata (native); visibility p99 s", _PARTS, _refresh_summary, unavailable=unavailable,
+        extra_lines=(("ratio Strata/native per round", "ratio"),)),
+}
