@@ -106,3 +106,30 @@ def test_missing_s3_credentials_say_where_they_come_from(tmp_path: Path, monkeyp
     assert "Unable to locate credentials: pass the catalog options s3.access-key and s3.secret-key" \
         in str(raised.value)
     assert 'eval "$(.venv/bin/strata-services env minio)"' in str(raised.value)
+
+
+def test_a_failed_spark_commit_reports_its_cause_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Spark's commit worker does (pyspark.sql.worker.utils.worker_run): the text after
+    'Failed to commit or abort Python data source write: ' starts with the cause."""
+    pytest.importorskip("pyspark")
+    import io
+
+    from pyspark.util import handle_worker_exception
+
+    from strata.spark.writer import cause_first
+
+    class Writer:
+        @cause_first
+        def commit(self, messages: list[object]) -> None:
+            raise ValueError("overwrite of partition {'dt': '2024-01-01'} got rows of partition {'dt': '2024-01-02'}")
+
+    monkeypatch.delenv("SPARK_HIDE_TRACEBACK", raising=False)  # restored after the test
+    monkeypatch.setenv("SPARK_SIMPLIFIED_TRACEBACK", "1")  # Spark's default
+    worker_output = io.BytesIO()
+    try:
+        Writer().commit([])
+    except ValueError as exc:
+        handle_worker_exception(exc, worker_output)
+    reported = worker_output.getvalue()[8:].decode()  # after the exception marker and the length
+    assert reported == ("ValueError: overwrite of partition {'dt': '2024-01-01'} got rows of partition "
+                        "{'dt': '2024-01-02'}\n")
