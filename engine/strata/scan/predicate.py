@@ -461,8 +461,9 @@ def _field(name: str, schema: Any) -> Any:
 
 
 def _bind_rows(predicate: InRows, schema: Any) -> Predicate:
-    target = pa.schema([_field(name, schema).to_arrow() for name in predicate.rows.column_names])
-    if predicate.rows.schema.equals(target):
+    # nullable: a null key never matches (see InRows), it is no error
+    target = pa.schema([(name, _field(name, schema).type.to_arrow()) for name in predicate.rows.column_names])
+    if predicate.rows.schema.types == target.types:
         return predicate
     try:
         return InRows(predicate.rows.cast(target))
@@ -528,7 +529,8 @@ def _bind_in(leaf: Leaf, field: Any) -> Predicate:
         matched: Predicate = BoundLeaf(field.name, "lt", (grid.value(grid.lo),), dtype.to_arrow(), grid.prunes)
     elif pa.types.is_floating(dtype.to_arrow()) and values:
         # one equality each: compared as doubles (a value set would be cast to a FLOAT column's type)
-        matched = reduce(Or, [BoundLeaf(field.name, "eq", (v,), pa.float64()) for v in values])
+        equalities: list[Predicate] = [BoundLeaf(field.name, "eq", (v,), pa.float64()) for v in values]
+        matched = reduce(Or, equalities)
     else:
         matched = BoundLeaf(field.name, "in", tuple(values), _literal_type(dtype), grid is None or grid.prunes)
     if any(literal is None for literal in leaf.literals):
