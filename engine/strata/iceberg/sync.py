@@ -115,8 +115,13 @@ def sync_after_commit(table: Table) -> None:
 def publish_schema(table: Table) -> None:
     """Schema-only Iceberg metadata (no snapshot) for a table that has none yet, so that Iceberg
     readers see the table, empty, from its creation on; refreshed on a schema change before the
-    first snapshot. A failure is recorded as a failed sync (the table's creation stands)."""
-    if not enabled(table) or table.snapshot_manager.latest() is not None:
+    first snapshot. A failure is recorded as a failed sync (the table's creation stands). A table
+    with snapshots that has no metadata yet (the option was just set) gets its latest snapshot's."""
+    if not enabled(table):
+        return
+    if table.snapshot_manager.latest() is not None:
+        if latest_metadata_location(table) is None:
+            sync_after_commit(table)
         return
     sync = IcebergSync(table)
     try:

@@ -115,6 +115,14 @@ def test_schema_only_metadata_from_creation_to_the_first_snapshot(catalog: strat
     assert metadata(catalog.get_table("db.fresh"))["current-snapshot-id"] == 1
 
 
+def test_setting_the_option_on_a_written_table_publishes_its_latest_snapshot(catalog: strata.Catalog) -> None:
+    table = catalog.create_table("db.later", pa.schema([("id", pa.int64())]))
+    table.write(pa.table({"id": [1, 2]}))
+    assert latest_metadata_location(table) is None
+    table = table.set_options(**ICEBERG)
+    assert metadata(table)["current-snapshot-id"] == 1
+
+
 def test_a_dropped_hadoop_catalog_table_leaves_no_iceberg_table(catalog: strata.Catalog, warehouse: str) -> None:
     table = catalog.create_table("db.hadoop", pa.schema([("id", pa.int64())]),
                                  options={"metadata.iceberg.storage": "hadoop-catalog"})
