@@ -51,7 +51,7 @@ CONTEXTS = STATE_DIR.parent / "images"  # build/images/<name>: assembled build c
 WHEELHOUSE_CACHE = CACHE_DIR / "wheelhouse"
 LABEL = "org.strata.content-hash"
 PYTHON_VERSION = "3.11"  # Debian bookworm's python3, and the official python:3.11 images
-STRATA_EXTRAS = ("s3", "jdbc", "kafka", "spark", "metrics", "trino", "polars")
+STRATA_EXTRAS = ("s3", "jdbc", "kafka", "spark", "metrics", "trino", "polars", "stats")
 SDIST_ONLY = ("pyspark",)  # published without wheels: built here once with `pip wheel`
 TAG_PREFIX = os.environ.get("STRATA_IMAGE_PREFIX", "strata")
 
