@@ -95,7 +95,7 @@ def test_show_stats_distinct_counts_within_five_percent(trino: Service, catalog:
 
 # -- join order against Trino's own tables ------------------------------------------------------------------
 
-JOIN = ("SELECT count(*), sum(f.amount) FROM {c}.{s}.dim_small d1 JOIN {c}.{s}.fact f ON f.small_id = d1.id "
+JOIN = ("SELECT count(*), sum(f.mid_id) FROM {c}.{s}.dim_small d1 JOIN {c}.{s}.fact f ON f.small_id = d1.id "
         "JOIN {c}.{s}.dim_mid d2 ON f.mid_id = d2.id WHERE d1.flag = 1 AND d2.grp < 5")
 
 
