@@ -194,7 +194,7 @@ def test_invalid_option_value(catalog, key, value):
     ({"options": {"bucket": "2"}}, "bucket-key"),
     ({"options": {"bucket": "2", "bucket-key": "nope"}}, "nope"),
     ({"primary_keys": ["id"], "options": {"bucket": "2", "bucket-key": "name"}}, "name"),
-    ({"primary_keys": ["id"]}, "bucket"),
+    ({"primary_keys": ["id"], "options": {"bucket": "-2"}}, "postpone"),
 ])
 def test_invalid_table_definitions(catalog, kwargs, culprit):
     with pytest.raises(StrataError, match=culprit):
