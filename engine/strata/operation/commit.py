@@ -113,10 +113,12 @@ class FileStoreCommit:
         entries = [e for m in messages for e in _entries(m, m.new_files, FileKind.ADD)]
         changelog = [e for m in messages for e in _entries(m, m.changelog_files, FileKind.ADD)]
         # dynamic-bucket tables: the replaced partitions' hash index gives way to the writers' new one
+        if any(m.hash_claims for m in messages):
+            self._merge_hash_index_files(messages)
         hash_files = [e for m in messages for e in m.index_changes
                       if e.index_type == INDEX_TYPE_HASH and e.kind == FileKind.ADD]
         change = _Change(CommitKind.OVERWRITE, entries, overwrite_partitions=partitions or [], changelog=changelog,
-                         index=hash_files)
+                         index=hash_files, hash_claims=[c for m in messages for c in m.hash_claims])
         return self._commit_changes([change], identifier, properties, None)
 
     def _merge_hash_index_files(self, messages: Sequence[CommitMessage]) -> None:

@@ -119,7 +119,9 @@ class Table:
             raise ValueError(f"unknown write mode {mode!r}: use append, overwrite or overwrite-dynamic")
         with self.new_write(commit_user, overwrite=mode != "append") as writer:
             writer.write_arrow(data, row_kind=row_kind)
-            messages = writer.prepare_commit()
+            # the writer closes right after: it keeps its compactions (Paimon's batch write waits
+            # too), e.g. a deletion-vector table's purge of files above the delete-ratio threshold
+            messages = writer.prepare_commit(wait_compaction=True)
         commit = self.new_commit(commit_user)
         ident = identifier if identifier is not None else 2**63 - 1
         if mode == "append":

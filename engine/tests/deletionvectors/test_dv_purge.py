@@ -106,6 +106,22 @@ def test_upserts_keep_each_file_under_the_delete_ratio(catalog: strata.Catalog, 
     assert dead < 0.2 * records
 
 
+def test_one_shot_writes_keep_each_file_under_the_delete_ratio(catalog: strata.Catalog) -> None:
+    """table.write, a writer per commit as the README shows: its writer closes at once, so the
+    purge runs before the commit, not in a background no later commit applies."""
+    table = _table(catalog)
+    rng = np.random.default_rng(11)
+    table.write(_rows(np.arange(BASE), 0))
+    model = {i: i * 1_000 for i in range(BASE)}
+    for version in range(1, 9):
+        ids = rng.choice(BASE, 2 * UPDATES, replace=False)
+        table.write(_rows(ids, version))
+        model.update({i: i * 1_000 + version for i in ids.tolist()})
+    assert _read(table) == model
+    shares = [deleted / f.row_count for f, deleted in _files_and_deleted(table)]
+    assert max(shares) <= 0.2, shares
+
+
 def test_without_the_policy_marked_rows_pile_up(catalog: strata.Catalog) -> None:
     """The same upserts with the threshold at 1 (no purge): the oldest run keeps its marked rows."""
     table = _table(catalog, **{"compaction.delete-ratio-threshold": "1"})

@@ -12,7 +12,7 @@ import uuid
 import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
-from dynamic_helpers import check_placement
+from dynamic_helpers import check_placement, hash_index
 from hypothesis import HealthCheck, given, settings
 
 import strata
@@ -97,3 +97,18 @@ def test_two_writers_of_one_commit_share_a_partition(catalog: strata.Catalog, ov
     placed = check_placement(table)
     assert set(placed.values()) == {0}
     assert table.to_arrow().num_rows == 1 + 3 + 2 - overlap
+
+
+def test_two_writers_of_one_overwrite_share_a_partition(catalog: strata.Catalog) -> None:
+    """An overwrite's writers start from an empty index: their files of one bucket merge as well."""
+    table = catalog.create_table("db.t", SCHEMA, partition_keys=["p"], primary_keys=["p", "k"])
+    table.write(pa.table({"p": ["a"] * 3, "k": pa.array([0, 1, 2], pa.int32()), "ts": [0] * 3, "v": [0] * 3},
+                         schema=SCHEMA))
+    one, two = table.new_write("t1", overwrite=True), table.new_write("t2", overwrite=True)
+    one.write_arrow(pa.table({"p": ["a"], "k": pa.array([5], pa.int32()), "ts": [1], "v": [1]}, schema=SCHEMA))
+    two.write_arrow(pa.table({"p": ["a"], "k": pa.array([6], pa.int32()), "ts": [1], "v": [2]}, schema=SCHEMA))
+    table.new_commit("t").overwrite(one.prepare_commit() + two.prepare_commit())
+    table = catalog.get_table("db.t")
+    check_placement(table)
+    assert sorted(table.to_arrow().column("k").to_pylist()) == [5, 6]
+    assert [len(h) for h in hash_index(table).values()] == [2]
