@@ -31,6 +31,7 @@ def iceberg_rest(minio: Service) -> Iterator[Service]:
 
 @pytest.fixture(scope="module")
 def tpch(session: Any, trino: Service, iceberg_rest: Service, postgres: Service, tmp_path_factory: Any) -> Tpch:
+    session.conf.set("spark.sql.adaptive.enabled", "false")  # tiny tables: re-planning after each stage only costs
     run = Tpch(SCALE_FACTOR, session, trino, iceberg_rest, work_dir=tmp_path_factory.mktemp("tpch"),
                progress=lambda _line: None)
     run.load_native()
