@@ -7,7 +7,7 @@ stream its merged output through one writer in bounded memory.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,20 +108,15 @@ class DataFileWriter:
         metas: list[DataFileMeta] = []
         current: _OpenFile | None = None
         sequence = first_sequence
-        for table in tables:
-            if table.num_rows == 0:
-                continue
-            table = table if table.schema == self.file_schema else table.select(self.file_schema.names).cast(
-                self.file_schema)
-            for start in range(0, table.num_rows, ROLL_CHECK_ROWS):
-                chunk = table.slice(start, ROLL_CHECK_ROWS)
-                if current is None:
-                    current = self._open(sequence)
-                self._append(current, chunk)
-                sequence += chunk.num_rows
-                if current.sink.tell() >= self.config.target_file_size:
-                    metas.append(self._close(current, level, file_source))
-                    current = None
+        for chunk in _recut(t if t.schema == self.file_schema else
+                             t.select(self.file_schema.names).cast(self.file_schema) for t in tables):
+            if current is None:
+                current = self._open(sequence)
+            self._append(current, chunk)
+            sequence += chunk.num_rows
+            if current.sink.tell() >= self.config.target_file_size:
+                metas.append(self._close(current, level, file_source))
+                current = None
         if current is not None:
             metas.append(self._close(current, level, file_source))
         return metas
@@ -185,6 +180,28 @@ class DataFileWriter:
             file_source=FileSource(file_source), value_stats_cols=None, external_path=None,
             first_row_id=None, write_cols=None,
         )
+
+
+def _recut(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """The rows of `tables` in order, in pieces of ROLL_CHECK_ROWS rows (the last one shorter):
+    each piece is whole row groups of ROW_GROUP_ROWS, however small the input tables (a
+    compaction streams a merge of many runs; Parquet readers pay per row group)."""
+    pending: list[pa.Table] = []
+    rows = 0
+    for table in tables:
+        if table.num_rows == 0:
+            continue
+        pending.append(table)
+        rows += table.num_rows
+        if rows < ROLL_CHECK_ROWS:
+            continue
+        whole = pa.concat_tables(pending)
+        cut = rows - rows % ROLL_CHECK_ROWS
+        for start in range(0, cut, ROLL_CHECK_ROWS):
+            yield whole.slice(start, ROLL_CHECK_ROWS)
+        pending, rows = [whole.slice(cut)], rows - cut
+    if rows:
+        yield pa.concat_tables(pending)
 
 
 def _simple_stats(stats: list[_ColumnStats], types: list[pa.DataType], truncate: int | None) -> SimpleStats:

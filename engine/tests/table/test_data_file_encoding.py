@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import strata
-from strata.io.data_file_writer import DICTIONARY_PAGE_LIMIT
+from strata.io.data_file_writer import DICTIONARY_PAGE_LIMIT, ROW_GROUP_ROWS
 
 ROWS = 40_000  # more than one row group (32k rows)
 
@@ -41,3 +41,21 @@ def test_dictionary_only_for_low_cardinality_columns(tmp_path) -> None:
         assert _dictionary_page_bytes(columns[name]) <= 2 * DICTIONARY_PAGE_LIMIT, name
         assert "PLAIN" in columns[name].encodings, name
     assert table.to_arrow().sort_by("id").equals(rows)  # both encodings read back exactly
+
+
+def test_a_compaction_of_small_runs_writes_full_row_groups(tmp_path) -> None:
+    """A merge streams many small sorted pieces; the file still has row groups of ROW_GROUP_ROWS
+    (a reader pays per row group), not one per piece."""
+    catalog = strata.load_catalog(str(tmp_path / "wh"))
+    catalog.create_database("db")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
+    table = catalog.create_table("db.t", schema, primary_keys=["id"], options={"bucket": "1"})
+    for start in range(0, ROWS, 5_000):  # interleaved keys: the merge alternates between the runs
+        ids = np.arange(start // 5_000, ROWS, 8)
+        table.write(pa.table({"id": ids, "v": ids}, schema=schema))
+    table.compact(full=True)
+    [split] = table.scan()
+    [data_file] = split.files
+    metadata = pq.ParquetFile(f"{split.bucket_path}/{data_file.file_name}").metadata
+    groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    assert groups == [ROW_GROUP_ROWS, ROWS - ROW_GROUP_ROWS]
