@@ -203,8 +203,8 @@ def _value_type(t: pa.DataType) -> pa.DataType:
 
 
 def is_collection(t: pa.DataType) -> bool:
-    """ARRAY / MAP / MULTISET: no min/max, and BinaryRow holds them only as null (their stats)."""
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t)
+    """ARRAY / MAP / MULTISET / ROW: no min/max, and BinaryRow holds them only as null (their stats)."""
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t) or pa.types.is_struct(t)
 
 
 def _nested_value_error(t: pa.DataType) -> ValueError:

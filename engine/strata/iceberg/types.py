@@ -50,13 +50,16 @@ def iceberg_type(data_type: DataType, column: str) -> str:
         return "timestamptz"
     raise UnsupportedTypeError(f"column {column!r} of type {data_type} has no Iceberg equivalent Strata "
                                f"exports (supported: atomic types but TIME, TIMESTAMP up to precision 6, "
-                               f"ARRAY, MAP and MULTISET of those)")
+                               f"ARRAY, MAP, MULTISET and ROW of those)")
 
 
 def iceberg_type_json(data_type: DataType, column: str, field_id: int, depth: int = 0) -> Any:
-    """The Iceberg type of a column: a primitive's name, or a list / map object whose nested
-    field ids are Paimon's (`element_id`, `key_id`); a MULTISET is a map of element to count."""
+    """The Iceberg type of a column: a primitive's name, a struct of a ROW's fields, or a list /
+    map object whose nested field ids are Paimon's (`element_id`, `key_id`); a MULTISET is a map
+    of element to count."""
     root = data_type.root
+    if root == "ROW":  # its fields have ids of their own (Paimon's IcebergDataField, depth 0 again)
+        return {"type": "struct", "fields": [_field_json(f) for f in data_type.fields or ()]}
     if root == "ARRAY":
         element = data_type.element
         assert element is not None
@@ -92,6 +95,8 @@ def highest_field_id(schema: TableSchema) -> int:
 
 
 def _highest(data_type: DataType, field_id: int, depth: int) -> int:
+    if data_type.root == "ROW":
+        return max([field_id, *(_highest(f.type, f.id, 0) for f in data_type.fields or ())])
     if not data_type.is_nested:
         return field_id
     children = [data_type.element, data_type.key, data_type.value]
@@ -117,7 +122,9 @@ def name_mapping(schema: TableSchema) -> list[dict[str, Any]]:
 
 def _mapped(data_type: DataType, field_id: int, depth: int, name: str, own_id: int | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"field-id": field_id if own_id is None else own_id, "names": [name]}
-    if data_type.root == "ARRAY" and data_type.element is not None:
+    if data_type.root == "ROW":
+        out["fields"] = [_mapped(f.type, f.id, 0, f.name) for f in data_type.fields or ()]
+    elif data_type.root == "ARRAY" and data_type.element is not None:
         out["fields"] = [_mapped(data_type.element, field_id, depth + 1, "element",
                                  element_id(field_id, depth + 1))]
     elif data_type.root in ("MAP", "MULTISET"):

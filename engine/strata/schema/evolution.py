@@ -34,7 +34,7 @@ import pyarrow as pa
 from strata import options as opts
 from strata.errors import OptionError, StrataError
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
-from strata.schema.types import DataField, DataType
+from strata.schema.types import DataField, DataType, assign_field_ids, highest_nested_id
 
 if TYPE_CHECKING:
     from strata.schema.schema_manager import SchemaManager
@@ -303,7 +303,8 @@ class _State:
         self.old = schema
         self.where = where
         self.fields: list[DataField] = list(schema.fields)
-        self.highest = max(schema.highest_field_id, max((f.id for f in schema.fields), default=-1))
+        self.highest = max(schema.highest_field_id,
+                           max((max(f.id, highest_nested_id(f.type)) for f in schema.fields), default=-1))
         self.options = dict(schema.options)
         self.comment = schema.comment
         self._has_snapshots = has_snapshots
@@ -407,7 +408,9 @@ class _State:
         except ValueError as exc:
             raise self._error(f"column {change.name!r}: {exc}") from None
         self.highest += 1
-        field = DataField(self.highest, change.name, dtype, change.comment)
+        field_id = self.highest
+        dtype, self.highest = assign_field_ids(dtype, self.highest)  # the fields of a ROW column
+        field = DataField(field_id, change.name, dtype, change.comment)
         move = change.move
         if move is None or move.type == MoveType.LAST:
             self.fields.append(field)

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from strata.errors import CorruptMetadataError, SchemaMismatchError
-from strata.schema.types import DataField, DataType
+from strata.schema.types import DataField, DataType, assign_field_ids, highest_nested_id
 
 SCHEMA_VERSION = 3
 # Field ids of the system columns in primary-key data files (KeyValue / SpecialFields).
@@ -35,7 +35,7 @@ class TableSchema:
 
     def __post_init__(self) -> None:
         if self.highest_field_id < 0:
-            self.highest_field_id = max((f.id for f in self.fields), default=-1)
+            self.highest_field_id = max((max(f.id, highest_nested_id(f.type)) for f in self.fields), default=-1)
         if not self.time_millis:
             self.time_millis = int(time.time() * 1000)
 
@@ -147,6 +147,9 @@ def _file_type(dtype: DataType, field_id: int, depth: int, micros: bool) -> pa.D
         return _with_id(pa.field(name, _file_type(t, field_id, depth + 1, micros), nullable=t.nullable), child_id)
 
     value_id = NESTED_ID_BASE + field_id * NESTED_DEPTH_LIMIT + depth + 1
+    if dtype.root == "ROW":  # a ROW's fields carry their own ids, and number what they hold afresh
+        return pa.struct([_with_id(pa.field(f.name, _file_type(f.type, f.id, 0, micros), nullable=f.type.nullable),
+                                   f.id) for f in dtype.fields or ()])
     if dtype.root == "ARRAY" and dtype.element is not None:
         return pa.list_(child("element", dtype.element, value_id))
     if dtype.root in ("MAP", "MULTISET"):
@@ -166,7 +169,11 @@ def schema_from_arrow(arrow_schema: pa.Schema, partition_keys: list[str] | None 
     """A schema-0 from an Arrow schema; primary-key columns become NOT NULL."""
     pks = list(primary_keys or [])
     fields = []
-    for i, f in enumerate(arrow_schema):
+    highest = -1
+    for f in arrow_schema:  # ids in Paimon's order: a column, then the fields of its ROWs
+        highest += 1
         dtype = DataType.from_arrow(f.type, nullable=f.nullable and f.name not in pks)
-        fields.append(DataField(i, f.name, dtype))
+        dtype, nested = assign_field_ids(dtype, highest)
+        fields.append(DataField(highest, f.name, dtype))
+        highest = nested
     return TableSchema(0, fields, list(partition_keys or []), pks, dict(options or {}), comment)

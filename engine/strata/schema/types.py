@@ -3,8 +3,9 @@
 Paimon writes atomic types as strings such as ``"BIGINT NOT NULL"``, ``"DECIMAL(10, 2)"`` or
 ``"TIMESTAMP(6) WITH LOCAL TIME ZONE"``, and collection types as JSON objects:
 ``{"type": "ARRAY NOT NULL", "element": "INT"}``, ``{"type": "MAP", "key": "STRING NOT NULL",
-"value": "INT"}``, ``{"type": "MULTISET", "element": "STRING"}`` (DataTypeJsonParser). Strata
-supports the atomic types, ARRAY, MAP and MULTISET; ROW is rejected with a clear error.
+"value": "INT"}``, ``{"type": "MULTISET", "element": "STRING"}``, ``{"type": "ROW", "fields": [{"id":
+2, "name": "x", "type": "INT"}]}`` (DataTypeJsonParser). Strata supports the atomic types, ARRAY,
+MAP, MULTISET and ROW (whose fields carry field ids; the SQL form ``ROW<...>``, without them, is refused).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ _SIMPLE = {
     "INTEGER": "INT", "BIGINT": "BIGINT", "FLOAT": "FLOAT", "DOUBLE": "DOUBLE", "DATE": "DATE",
     "STRING": "STRING", "BYTES": "BYTES",
 }
-NESTED_ROOTS = ("ARRAY", "MAP", "MULTISET")
+NESTED_ROOTS = ("ARRAY", "MAP", "MULTISET", "ROW")
 _PARAM = re.compile(
     r"^(?P<root>[A-Z_ ]+?)\s*(\((?P<args>[^)]*)\))?(?P<ltz>\s+WITH LOCAL TIME ZONE)?$")
 
@@ -48,6 +49,7 @@ class DataType:
     element: DataType | None = None  # ARRAY / MULTISET element type
     key: DataType | None = None  # MAP key type
     value: DataType | None = None  # MAP value type
+    fields: tuple[DataField, ...] | None = None  # ROW fields (each with its own field id)
 
     @staticmethod
     def array(element: DataType, nullable: bool = True) -> DataType:
@@ -77,7 +79,9 @@ class DataType:
         if not self.is_nested:
             return str(self)
         out: dict[str, Any] = {"type": self.root if self.nullable else f"{self.root} NOT NULL"}
-        if self.root == "MAP":
+        if self.root == "ROW":
+            out["fields"] = [f.to_json() for f in self.fields or ()]
+        elif self.root == "MAP":
             out["key"] = self._child(self.key).to_json()
             out["value"] = self._child(self.value).to_json()
         else:
@@ -96,6 +100,8 @@ class DataType:
 
     def _base_string(self) -> str:
         r = self.root
+        if r == "ROW":
+            return f"ROW<{', '.join(f'{f.name} {f.type}' for f in self.fields or ())}>"
         if r == "MAP":
             return f"MAP<{self._child(self.key)}, {self._child(self.value)}>"
         if r in ("ARRAY", "MULTISET"):
@@ -141,6 +147,8 @@ class DataType:
     # -- Arrow ------------------------------------------------------------------------
     def to_arrow(self) -> pa.DataType:
         r = self.root
+        if r == "ROW":
+            return pa.struct([f.to_arrow() for f in self.fields or ()])
         if r == "ARRAY":
             element = self._child(self.element)
             return pa.list_(pa.field("element", element.to_arrow(), nullable=element.nullable))
@@ -193,8 +201,9 @@ class DataType:
             key, item = t.key_field, t.item_field
             return DataType.map(DataType.from_arrow(key.type, False), DataType.from_arrow(item.type, item.nullable),
                                 nullable)
-        if pa.types.is_struct(t):
-            raise UnsupportedTypeError(f"Arrow type {t}: ROW (struct) columns are not supported by Strata")
+        if pa.types.is_struct(t):  # ids to assign (assign_field_ids): Paimon numbers nested fields too
+            return DataType("ROW", nullable, fields=tuple(
+                DataField(-1, f.name, DataType.from_arrow(f.type, f.nullable)) for f in t))
         raise UnsupportedTypeError(f"Arrow type {t} has no Paimon equivalent supported by Strata")
 
     @property
@@ -248,7 +257,8 @@ def _build(root: str, args: list[int], ltz: bool, nullable: bool, text: str) -> 
 
 
 def _row_refused(text: Any) -> UnsupportedTypeError:
-    return UnsupportedTypeError(f"type {text!r}: ROW (nested row) types are not supported by Strata")
+    return UnsupportedTypeError(f"type {text!r}: a ROW type needs its fields' ids: give it in JSON form "
+                                f"({{\"type\": \"ROW\", \"fields\": [{{\"id\": ..., \"name\": ..., \"type\": ...}}]}})")
 
 
 def _parse_object(obj: dict[str, Any]) -> DataType:
@@ -263,8 +273,8 @@ def _parse_object(obj: dict[str, Any]) -> DataType:
             return DataType.map(DataType.parse(obj["key"]), DataType.parse(obj["value"]), nullable)
     except KeyError as missing:
         raise UnsupportedTypeError(f"cannot parse type {obj!r}: {root} needs {missing}") from None
-    if root == "ROW":
-        raise _row_refused(obj)
+    if root == "ROW" and isinstance(obj.get("fields"), list) and obj["fields"]:
+        return DataType("ROW", nullable, fields=tuple(DataField.from_json(f) for f in obj["fields"]))
     raise UnsupportedTypeError(f"cannot parse type {obj!r}")
 
 
@@ -321,3 +331,35 @@ class DataField:
 
     def to_arrow(self) -> pa.Field:
         return pa.field(self.name, self.type.to_arrow(), nullable=self.type.nullable)
+
+
+def assign_field_ids(dtype: DataType, highest: int) -> tuple[DataType, int]:
+    """`dtype` with ids for the fields of its ROWs that have none (-1), numbered after `highest` in
+    Paimon's order (a field, then the fields inside it); returns the new highest id."""
+    if dtype.root == "ROW":
+        fields = []
+        for f in dtype.fields or ():
+            field_id = f.id
+            if field_id < 0:
+                highest += 1
+                field_id = highest
+            child, highest = assign_field_ids(f.type, highest)
+            fields.append(DataField(field_id, f.name, child, f.description))
+        return replace(dtype, fields=tuple(fields)), highest
+    element, key, value = dtype.element, dtype.key, dtype.value
+    if element is not None:
+        element, highest = assign_field_ids(element, highest)
+    if key is not None:
+        key, highest = assign_field_ids(key, highest)
+    if value is not None:
+        value, highest = assign_field_ids(value, highest)
+    return replace(dtype, element=element, key=key, value=value), highest
+
+
+def highest_nested_id(dtype: DataType) -> int:
+    """The highest id of the ROW fields inside `dtype` (-1: none)."""
+    ids = [-1]
+    for f in dtype.fields or ():
+        ids += [f.id, highest_nested_id(f.type)]
+    ids += [highest_nested_id(c) for c in (dtype.element, dtype.key, dtype.value) if c is not None]
+    return max(ids)

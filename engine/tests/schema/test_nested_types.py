@@ -15,7 +15,7 @@ from strata.errors import FilterError, SchemaMismatchError
 from strata.format import binary_row
 from strata.io.stats import column_stats
 from strata.schema.evolution import SchemaChange, SchemaChangeError
-from strata.schema.table_schema import TableSchema
+from strata.schema.table_schema import TableSchema, schema_from_arrow
 from strata.schema.types import DataField, DataType, UnsupportedTypeError
 
 INT = DataType("INT")
@@ -63,9 +63,26 @@ def test_schema_file_round_trip_keeps_paimon_json():
 
 
 @pytest.mark.parametrize("bad", ["ROW<a INT>", {"type": "ROW", "fields": []}])
-def test_row_is_refused(bad):
+def test_row_without_field_ids_is_refused(bad):
     with pytest.raises(UnsupportedTypeError, match="ROW"):
         DataType.parse(bad)
+
+
+def test_row_types_in_paimons_json_with_ids_in_paimons_order():
+    tags = {"id": 3, "name": "tags", "type": {"type": "ARRAY", "element": "STRING"}}
+    obj = {"type": "ROW NOT NULL", "fields": [{"id": 2, "name": "x", "type": "INT"}, tags]}
+    row = DataType.parse(obj)
+    assert (row.root, row.nullable, [f.id for f in row.fields]) == ("ROW", False, [2, 3])
+    assert row.to_json() == obj and str(row) == "ROW<x INT, tags ARRAY<STRING>> NOT NULL"
+    arrow = pa.schema([("a", pa.int32()), ("r", pa.struct([("x", pa.int32()), ("s", pa.struct([("y", pa.string())]))])),
+                       ("c", pa.string())])
+    schema = schema_from_arrow(arrow)
+    # a column, then the fields inside it (Paimon's ReassignFieldId), then the next column
+    assert [f.id for f in schema.fields] == [0, 1, 5]
+    assert [(f.id, f.name) for f in schema.fields[1].type.fields] == [(2, "x"), (3, "s")]
+    assert schema.fields[1].type.fields[1].type.fields[0].id == 4
+    assert schema.highest_field_id == 5 and schema.arrow_schema() == arrow
+    assert TableSchema.from_json(schema.to_json()).fields == schema.fields
 
 
 @pytest.mark.parametrize("bad", [{"type": "ARRAY"}, {"type": "MAP", "key": "INT"}, "MAP<INT>", {"type": "FOO"}])
@@ -84,8 +101,7 @@ def test_arrow_mapping():
     assert DataType.from_arrow(pa.list_(pa.list_(pa.int16()))) == DataType.parse("ARRAY<ARRAY<SMALLINT>>")
     assert DataType.from_arrow(pa.map_(pa.string(), pa.float64()), nullable=False) == \
         DataType.parse("MAP<STRING NOT NULL, DOUBLE> NOT NULL")
-    with pytest.raises(UnsupportedTypeError, match="ROW"):
-        DataType.from_arrow(pa.struct([("a", pa.int32())]))
+    assert DataType.from_arrow(pa.struct([("a", pa.int32())])).fields[0].id == -1  # ids come with the schema
 
 
 # -- statistics ---------------------------------------------------------------------------------
@@ -324,3 +340,23 @@ def test_spark_types_of_nested_columns():
     assert batch.schema == target  # Spark compares the Arrow schema exactly
     assert batch.column(2).type.item_type == pa.timestamp("us")
     assert batch.to_pylist()[0]["tags"] == ["a"]
+
+
+def test_row_columns_write_read_evolve_and_upsert(catalog):
+    row = pa.struct([("x", pa.int32()), ("inner", pa.struct([("s", pa.string()), ("l", pa.list_(pa.int64()))]))])
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("r", row), ("rs", pa.list_(row))])
+    data = pa.table({
+        "id": [1, 2, 3, 4],
+        "r": [{"x": 1, "inner": {"s": "a", "l": [1, None]}}, None, {"x": None, "inner": None},
+              {"x": 4, "inner": {"s": None, "l": None}}],
+        "rs": [[{"x": 1, "inner": None}, None], None, [], [{"x": 2, "inner": {"s": "q", "l": []}}]]}, schema=schema)
+    table = catalog.create_table("db.rows", schema, primary_keys=["id"], options={"bucket": "1"})
+    table.write(data)
+    table.write(data.slice(0, 2).set_column(1, "r", pa.array([{"x": 9, "inner": None}, None], row)))
+    got = table.to_arrow().sort_by("id").to_pylist()
+    assert got[0]["r"] == {"x": 9, "inner": None} and got[1:] == data.slice(1).to_pylist()
+    table = table.add_column("extra", pa.struct([("a", pa.bool_())]))
+    assert [f.id for f in table.schema.fields] == [0, 1, 6, 11] and table.schema.highest_field_id == 12
+    assert table.to_arrow().column("extra").null_count == 4
+    (split,) = table.scan()
+    assert split.files[0].value_stats.null_counts[1] == 1  # ROW columns get null counts only
