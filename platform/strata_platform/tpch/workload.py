@@ -329,7 +329,17 @@ def peak_rss_mb(trino: Any) -> dict[str, int]:
     others = [_vm_hwm_mb(pid) for pid in _descendants(me) if pid != me]
     out: dict[str, int] = {"driver_python": round(_vm_hwm_mb(me)),
                            "spark_and_workers_max": round(max(others, default=0.0))}
-    pid = trino.running_pid()
+    pid = trino.running_pid() or _process_with_argument(f"-Dconfig={trino.etc_dir / 'config.properties'}")
     if pid is not None:
         out["trino"] = round(max((_vm_hwm_mb(p) for p in _descendants(pid)), default=0.0))
     return out
+
+
+def _process_with_argument(argument: str) -> int | None:
+    """A process whose command line has `argument` (the shared Trino when its pid file is gone)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if argument.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
+                    return int(entry.name)
+    return None
