@@ -3,8 +3,8 @@ tables into Strata tables on MinIO, Trino CTAS the same rows into its own Iceber
 ``native`` catalog), both match the source's row counts and checksums; two refresh rounds (RF1
 inserts orders and lineitems, RF2 deletes them by key) go through Spark exactly once (a replayed
 round publishes nothing) and through Trino's INSERT/DELETE; the 22 queries give equal results on
-Trino over Strata, Trino native and Spark SQL over format("strata"), after the load and after
-the refresh."""
+Trino over Strata and Trino native after the load, and on those two and Spark SQL over
+format("strata") after the refresh."""
 
 from __future__ import annotations
 
@@ -53,7 +53,9 @@ def test_load_equals_the_source(tpch: Tpch) -> None:
 
 
 def test_queries_equal_after_load(tpch: Tpch) -> None:
-    runs = tpch.run_all(spark_cache=True)  # raises when a result differs from Trino native's
+    # Trino on both catalogs here; Spark joins them after the refresh rounds (its 22 queries cost
+    # minutes on 2 cores, and the refreshed tables are the harder case: deletion vectors, new files)
+    runs = tpch.run_all(with_spark=False)  # raises when a result differs from Trino native's
     assert len(runs["trino_native"][1].rows) == 4  # Q1: four (returnflag, linestatus) groups
     assert all(len(runs[e]) == 22 for e in runs)
 
@@ -78,4 +80,5 @@ def test_refresh_exactly_once_then_queries_equal(tpch: Tpch) -> None:
         columns = ", ".join(TABLES[table].column_names)
         assert tpch.query(f"SELECT count(*), checksum(ROW({columns})) FROM strata.{tpch.database}.{table}") == \
             tpch.query(f"SELECT count(*), checksum(ROW({columns})) FROM native.{tpch.database}.{table}")
-    tpch.run_all(spark_cache=True)
+    runs = tpch.run_all(spark_cache=True)
+    assert set(runs) == {"trino_strata", "trino_native", "spark_strata"} and all(len(r) == 22 for r in runs.values())
