@@ -147,7 +147,7 @@ class Leaf(Predicate):
 
 
 _UNTYPED = pa.null()
-_UNKNOWN = pa.scalar(None, pa.bool_())
+_UNKNOWN = pa.nulls(1, pa.bool_())[0]  # pa.scalar would import pandas on first use
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,7 +27,8 @@ def _rows(ids: range, v: int = 0) -> pa.Table:
 @pytest.fixture
 def dv(catalog: strata.Catalog) -> strata.Table:
     t = catalog.create_table("db.dv", SCHEMA, partition_keys=["dt"], primary_keys=["id", "dt"],
-                             options={"bucket": "2", "deletion-vectors.enabled": "true"})
+                             options={"bucket": "2", "deletion-vectors.enabled": "true",
+                                      "compaction.delete-ratio-threshold": "0.9"})  # keep the vectors
     t.write(_rows(range(100)))
     t.write(_rows(range(0, 100, 3), v=1000))  # updates: the old rows are marked in deletion vectors
     return t
