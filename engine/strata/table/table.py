@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from strata.errors import SnapshotNotFoundError
 from strata.fs import FileIO
 from strata.operation.commit import CommitResult
 from strata.operation.manifests import ManifestStore
@@ -189,6 +190,11 @@ class Table:
                          columns: Sequence[str] | None = None) -> pa.Table:
         """Changes of snapshots (start, end], with a `_ROW_KIND` column (+I/-U/+U/-D): the
         changelog files with a changelog producer, else the records each commit wrote."""
+        latest = self.snapshot_manager.latest_id() or 0
+        if end_inclusive > latest:
+            raise SnapshotNotFoundError(f"read_incremental({start_exclusive}, {end_inclusive}) of table "
+                                        f"{self.identifier}: snapshot {end_inclusive} does not exist; the "
+                                        f"latest is {latest or 'none'}")
         scan = self.new_scan()
         splits = [s for sid in range(start_exclusive + 1, end_inclusive + 1) for s in scan.plan_changes(sid)]
         read = self.new_read(columns)
@@ -292,11 +298,17 @@ class Table:
         return remove_orphan_files(self, cutoff_millis(older_than), dry_run)
 
     def reset_consumer(self, consumer_id: str, next_snapshot: int | None = None) -> None:
-        """Move a consumer to `next_snapshot`, or delete it when None."""
+        """Move a consumer to `next_snapshot` (at most the latest snapshot + 1: it has read
+        everything), or delete it when None."""
         if next_snapshot is None:
             self.consumers.delete(consumer_id)
-        else:
-            self.consumers.reset(consumer_id, next_snapshot)
+            return
+        latest = self.snapshot_manager.latest_id() or 0
+        if next_snapshot > latest + 1:
+            raise SnapshotNotFoundError(f"consumer {consumer_id!r} of table {self.identifier} cannot move to "
+                                        f"snapshot {next_snapshot}: the latest is {latest or 'none'}, so the "
+                                        f"next snapshot is at most {latest + 1}")
+        self.consumers.reset(consumer_id, next_snapshot)
 
     def clear_consumers(self, including: str = ".*", excluding: str | None = None) -> list[str]:
         return list(self.consumers.clear(including, excluding))
