@@ -197,7 +197,9 @@ def dv_pk() -> Shape:
     return Shape(base.schema, [
         Rows(base), Compact(full=True), Rows(base.slice(0, 5), "-D"), Rows(typed(10, offset=30, shift=7)),
     ], ["id"], [], {**ICEBERG, "bucket": "2", "deletion-vectors.enabled": "true",
-                    "deletion-vectors.bitmap64": "true"})
+                    "deletion-vectors.bitmap64": "true",
+                    # keep the vectors: a one-shot write purges files past the ratio (default 0.2)
+                    "compaction.delete-ratio-threshold": "1.0"})
 
 
 SHAPES = {fn.__name__: fn for fn in (append_plain, append_part, pk_compacted, dv_pk)}
