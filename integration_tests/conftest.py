@@ -41,6 +41,11 @@ def trino() -> Iterator[Service]:
     yield from provide("trino")
 
 
+@pytest.fixture(scope="module")
+def iceberg_rest(minio: Service) -> Iterator[Service]:
+    yield from provide("iceberg_rest")
+
+
 @pytest.fixture(scope="session")
 def prometheus() -> Iterator[Service]:
     yield from provide("prometheus")

@@ -33,7 +33,6 @@ import pytest
 
 import strata
 from strata_platform.services.base import Service, listening_sockets
-from strata_platform.services.testing import provide
 
 TOKEN = "s3cr3t-" + uuid.uuid4().hex
 WRONG_TOKENS = ("wrong-" + uuid.uuid4().hex, TOKEN[:-1])
@@ -496,11 +495,6 @@ def test_token_never_logged(server: Server) -> None:
 
 
 # -- the provisioned service, on MinIO --------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def iceberg_rest(minio: Service) -> Iterator[Service]:
-    yield from provide("iceberg_rest")
-
-
 @pytest.mark.minio
 def test_service_on_minio(iceberg_rest: Service) -> None:
     from strata_platform.services.iceberg_rest import IcebergRestService

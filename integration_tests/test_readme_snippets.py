@@ -4,21 +4,14 @@ plain `<!-- run -->` blocks run in engine/tests/test_readme_snippets.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from strata_platform.readme_snippets import run_group
 from strata_platform.services.base import Service
-from strata_platform.services.testing import provide
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-@pytest.fixture(scope="module")
-def iceberg_rest(minio: Service) -> Iterator[Service]:
-    yield from provide("iceberg_rest")
 
 
 def _run(group: str, *services: Service) -> None:

@@ -8,13 +8,11 @@ format("strata") after the refresh."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from strata_platform.services.base import Service
-from strata_platform.services.testing import provide
 from strata_platform.tpch.tables import TABLES
 from strata_platform.tpch.workload import REFRESH_KEYS, Tpch
 
@@ -22,11 +20,6 @@ pytestmark = [pytest.mark.tpch, pytest.mark.trino, pytest.mark.minio, pytest.mar
               pytest.mark.e2e]
 
 SCALE_FACTOR = 0.01
-
-
-@pytest.fixture(scope="module")
-def iceberg_rest(minio: Service) -> Iterator[Service]:
-    yield from provide("iceberg_rest")
 
 
 @pytest.fixture(scope="module")

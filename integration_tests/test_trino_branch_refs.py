@@ -14,15 +14,9 @@ import pyarrow as pa
 import pytest
 
 from strata_platform.services.base import Service
-from strata_platform.services.testing import provide
 
 pytestmark = [pytest.mark.trino, pytest.mark.minio, pytest.mark.e2e]
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
-
-
-@pytest.fixture(scope="module")
-def iceberg_rest(minio: Service) -> Iterator[Service]:
-    yield from provide("iceberg_rest")
 
 
 @pytest.fixture(scope="module")

@@ -34,14 +34,8 @@ import pytest
 
 import strata
 from strata_platform.services.base import Service
-from strata_platform.services.testing import provide
 
 pytestmark = [pytest.mark.trino, pytest.mark.minio, pytest.mark.e2e]
-
-
-@pytest.fixture(scope="module")
-def iceberg_rest(minio: Service) -> Iterator[Service]:
-    yield from provide("iceberg_rest")
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,6 @@ import strata
 from strata.iceberg import latest_metadata_location
 from strata.iceberg.manifests import decode_entries, decode_manifest_list
 from strata_platform.services.base import Service
-from strata_platform.services.testing import provide
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine" / "tests"))
 from pyiceberg_oracle import read_iceberg
@@ -37,11 +36,6 @@ from pyiceberg_oracle import read_iceberg
 pytestmark = [pytest.mark.trino, pytest.mark.minio, pytest.mark.e2e]
 ICEBERG_REST = {"metadata.iceberg.storage": "rest-catalog"}
 UTC = dt.UTC
-
-
-@pytest.fixture(scope="module")
-def iceberg_rest(minio: Service) -> Iterator[Service]:
-    yield from provide("iceberg_rest")
 
 
 @pytest.fixture(scope="module")

@@ -28,16 +28,10 @@ from strata.iceberg import latest_metadata_location
 from strata.iceberg import manifests as im
 from strata.iceberg.statistics import refresh
 from strata_platform.services.base import Service
-from strata_platform.services.testing import provide
 
 pytestmark = [pytest.mark.trino, pytest.mark.minio, pytest.mark.e2e]
 
 ICEBERG = {"metadata.iceberg.storage": "rest-catalog", "metadata.iceberg.statistics": "manual"}
-
-
-@pytest.fixture(scope="module")
-def iceberg_rest(minio: Service) -> Iterator[Service]:
-    yield from provide("iceberg_rest")
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +48,7 @@ def database(catalog: Any) -> Iterator[str]:
 
 
 def query(trino: Service, sql: str, **session: Any) -> list[list[Any]]:
-    cursor = trino.connect(session_properties=session).cursor()
-    try:
-        cursor.execute(sql)
-        rows: list[list[Any]] = cursor.fetchall()
-    finally:
-        cursor.close()
+    rows: list[list[Any]] = trino.query(sql, **session)  # type: ignore[attr-defined]
     return rows
 
 

@@ -399,8 +399,9 @@ class TrinoService(Service):
         return trino.dbapi.connect(host=HOST, port=self.port, user=USER, http_scheme="http",
                                    **kwargs)
 
-    def query(self, sql: str) -> list[list[Any]]:
-        cursor = self.connect().cursor()
+    def query(self, sql: str, **session: Any) -> list[list[Any]]:
+        """The rows of `sql`, run with the given session properties."""
+        cursor = self.connect(session_properties=session).cursor()
         try:
             cursor.execute(sql)
             rows: list[list[Any]] = cursor.fetchall()
