@@ -296,7 +296,8 @@ class Workload(threading.Thread):
             "bucket": "2", "num-sorted-run.compaction-trigger": "2", "num-sorted-run.stop-trigger": "2",
             "write-buffer-size": "8 kb"})
         events = catalog.create_table(f"{db}.events", EVENT_SCHEMA, partition_keys=["day"], options={
-            "snapshot.num-retained.min": "3", "snapshot.num-retained.max": "6"})
+            "snapshot.num-retained.min": "3", "snapshot.num-retained.max": "6",
+            "metadata.iceberg.storage": "table-location"})  # the Iceberg sync's series (mirror alert)
         rollup = catalog.create_table(f"{db}.rollup", PK_SCHEMA, primary_keys=["id"],
                                       options={"bucket": "1", "write-only": "true"})
         (Path(orders.path) / "consumer").mkdir(parents=True, exist_ok=True)
