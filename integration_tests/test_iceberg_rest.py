@@ -324,6 +324,42 @@ def test_a_new_metadata_version_is_served_at_once(server: Server, warehouse: War
         warehouse.catalog.drop_table("sales.moving")
 
 
+def test_a_dropped_or_recreated_table_is_served_as_it_is_now(server: Server, warehouse: Warehouse) -> None:
+    """The server keeps where a table's metadata lives between loads, never what it holds: a drop is
+    a 404 at the next load, a table re-created under the same name serves its own metadata, and a
+    version rewritten in place (as a statistics refresh does) is served as rewritten."""
+    fields = [("id", "long")]
+    table = warehouse.catalog.create_table("sales.reborn", pa.schema([("id", pa.int64())]))
+    publish(table, 1, {**empty_metadata(f"file://{table.path}", fields), "properties": {"life": "first"}})
+    assert server.get("/v1/namespaces/sales/tables/reborn").json["metadata"]["properties"] == {"life": "first"}
+    publish(table, 1, {**empty_metadata(f"file://{table.path}", fields), "properties": {"life": "rewritten"}})
+    assert server.get("/v1/namespaces/sales/tables/reborn").json["metadata"]["properties"] == {"life": "rewritten"}
+    warehouse.catalog.drop_table("sales.reborn")
+    assert_error(server.get("/v1/namespaces/sales/tables/reborn"), 404, TABLE_ERROR)
+    table = warehouse.catalog.create_table("sales.reborn", pa.schema([("id", pa.int64())]))
+    try:
+        assert_error(server.get("/v1/namespaces/sales/tables/reborn"), 404, TABLE_ERROR)  # no metadata yet
+        publish(table, 1, {**empty_metadata(f"file://{table.path}", fields), "properties": {"life": "second"}})
+        assert server.get("/v1/namespaces/sales/tables/reborn").json["metadata"]["properties"] == {"life": "second"}
+    finally:
+        warehouse.catalog.drop_table("sales.reborn")
+
+
+def test_a_known_table_loads_without_resolving_it_again(warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trino loads every table of a query at every query: after the first load, a load reads the
+    version hint and the metadata file only, until the location's time to live runs out."""
+    from strata_platform.iceberg_rest import IcebergRestCatalog
+
+    resolved: list[str] = []
+    get_table = warehouse.catalog.get_table
+    monkeypatch.setattr(warehouse.catalog, "get_table", lambda ident: resolved.append(str(ident)) or get_table(ident))
+    rest = IcebergRestCatalog(warehouse.catalog)
+    first = rest.load_table("sales", "orders")
+    assert rest.load_table("sales", "orders") == first and len(resolved) == 1
+    rest.location_ttl = 0.0  # expired: resolved through the catalog again
+    assert rest.load_table("sales", "orders") == first and len(resolved) == 2
+
+
 def test_tables_the_engine_published(server: Server, warehouse: Warehouse) -> None:
     for name, (table, storage) in warehouse.written.items():
         body = server.get(f"/v1/namespaces/sales/tables/{name}").json

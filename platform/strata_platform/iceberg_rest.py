@@ -45,6 +45,7 @@ import argparse
 import hmac
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -61,12 +62,18 @@ import prometheus_client as prom
 
 from strata.catalog import Catalog, Identifier
 from strata.errors import DatabaseNotFoundError, TableNotFoundError
+from strata.fs.file_io import FileIO
 from strata.iceberg import latest_metadata_location
+from strata.iceberg.sync import VERSION_HINT
 from strata.table.table import Table
 
 log = logging.getLogger("strata.iceberg_rest")
 
 DEFAULT_PORT = 19192
+# Seconds a table's metadata directory (and a namespace's existence) is trusted without resolving
+# the table again through the Strata catalog. Only where the metadata lives is kept: the version
+# hint and the metadata file are read at every load, so a new version is served at once.
+LOCATION_TTL = 10.0
 NAMESPACE_SEPARATOR = "\x1f"  # the spec's separator of multi-level namespace parts (%1F)
 _HEX = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
@@ -103,12 +110,30 @@ def as_uri(path: str) -> str:
     return Path(path).absolute().as_uri()
 
 
-class IcebergRestCatalog:
-    """The REST catalog's answers over a Strata `catalog` (thread-safe: it only reads)."""
+@dataclass(frozen=True)
+class MetadataDir:
+    """Where a table's Iceberg metadata lives, as resolved through the Strata catalog at `resolved`."""
 
-    def __init__(self, catalog: Catalog, client_config: Mapping[str, str] | None = None):
+    file_io: FileIO
+    path: str
+    resolved: float
+
+
+class IcebergRestCatalog:
+    """The REST catalog's answers over a Strata `catalog` (thread-safe: it only reads).
+
+    A table load costs two reads once its metadata directory is known (``version-hint.text``, then
+    the file it names): resolving the table through the catalog
+    (its database, schema and options) takes three to four times as long, and Trino loads every
+    table a query names, at every query."""
+
+    def __init__(self, catalog: Catalog, client_config: Mapping[str, str] | None = None,
+                 location_ttl: float = LOCATION_TTL):
         self.catalog = catalog
         self.client_config = dict(client_config or {})
+        self.location_ttl = location_ttl
+        self._metadata_dirs: dict[tuple[str, str], MetadataDir] = {}
+        self._namespaces: dict[str, float] = {}  # namespace -> when it was last seen to exist
 
     # -- config --------------------------------------------------------------------------------------
     @staticmethod
@@ -124,8 +149,12 @@ class IcebergRestCatalog:
 
     def database(self, namespace: str) -> str:
         """The database a namespace names; 404 unless it is one level and exists."""
+        if time.monotonic() - self._namespaces.get(namespace, -math.inf) < self.location_ttl:
+            return namespace
         if NAMESPACE_SEPARATOR in namespace or not self.catalog._database_exists(namespace):
+            self._namespaces.pop(namespace, None)
             raise no_such_namespace(namespace.replace(NAMESPACE_SEPARATOR, "."))
+        self._namespaces[namespace] = time.monotonic()
         return namespace
 
     def load_namespace(self, namespace: str) -> dict[str, Any]:
@@ -150,19 +179,42 @@ class IcebergRestCatalog:
     def load_table(self, namespace: str, name: str, snapshots: str = "all") -> dict[str, Any]:
         if snapshots not in ("all", "refs"):
             raise bad_request(f"snapshots must be 'all' or 'refs', got {snapshots!r}")
+        known = self._metadata_dirs.get((namespace, name))
+        if known is not None and time.monotonic() - known.resolved < self.location_ttl:
+            current = self._read_current(known)
+            if current is not None:
+                return self._table_answer(*current, snapshots)
         database = self.database(namespace)
         for _ in range(3):  # a commit may move version-hint.text past a file being read: read again
             table, location = self._metadata_location(database, name)
             if table is None or location is None:
+                self._metadata_dirs.pop((namespace, name), None)
                 raise no_such_table(database, name)
             try:
-                metadata = json.loads(table.file_io.read_bytes(location))
+                raw = table.file_io.read_bytes(location)
             except FileNotFoundError:
                 continue
-            if snapshots == "refs":
-                metadata = only_referenced_snapshots(metadata)
-            return {"metadata-location": as_uri(location), "metadata": metadata, "config": dict(self.client_config)}
+            self._metadata_dirs[(namespace, name)] = MetadataDir(table.file_io, location.rsplit("/", 1)[0],
+                                                                 time.monotonic())
+            return self._table_answer(location, raw, snapshots)
         raise no_such_table(database, name)
+
+    @staticmethod
+    def _read_current(known: MetadataDir) -> tuple[str, bytes] | None:
+        """The newest metadata file of a known directory and its bytes; None when the hint or the
+        file is gone (the table was dropped, or a commit moved on meanwhile): resolve again."""
+        try:
+            version = int(known.file_io.read_bytes(f"{known.path}/{VERSION_HINT}").decode().strip())
+            location = f"{known.path}/v{version}.metadata.json"
+            return location, known.file_io.read_bytes(location)
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _table_answer(self, location: str, raw: bytes, snapshots: str) -> dict[str, Any]:
+        metadata = json.loads(raw)
+        if snapshots == "refs":
+            metadata = only_referenced_snapshots(metadata)
+        return {"metadata-location": as_uri(location), "metadata": metadata, "config": dict(self.client_config)}
 
     def table_exists(self, namespace: str, name: str) -> None:
         database = self.database(namespace)
@@ -309,6 +361,9 @@ class RestServer(ThreadingHTTPServer):
 class RestHandler(BaseHTTPRequestHandler):
     server: RestServer
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: with Nagle's algorithm the body waits for the client's
+    # delayed ACK of the headers (40 ms on Linux), on every keep-alive request after the first.
+    disable_nagle_algorithm = True
     timeout = 120  # seconds an idle keep-alive connection holds its thread
     server_version = "strata-iceberg-rest"
 
