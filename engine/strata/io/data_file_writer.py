@@ -25,10 +25,17 @@ from strata.table.paths import PathFactory
 
 FILE_SOURCE_APPEND = 0
 FILE_SOURCE_COMPACT = 1
-# small enough that a key-range read skips most of a large file by row-group statistics
+# Row groups hold about ROW_GROUP_BYTES of Arrow data (compressed, a quarter to a third of it), in
+# whole multiples of ROW_GROUP_ROWS rows, at most MAX_ROW_GROUP_ROWS. A scan pays per row group
+# and per request: Trino read TPC-H lineitem files of 32k-row groups (a request per group) 3x
+# slower than its own files of one group. A key-range read still skips most of a large file, and
+# the writer buffers one group's rows at a time.
+ROW_GROUP_BYTES = 32 * 1024 * 1024
 ROW_GROUP_ROWS = 32 * 1024
-# rows written between size checks when rolling; a file overshoots the target by at most this.
-ROLL_CHECK_ROWS = 128 * 1024
+MAX_ROW_GROUP_ROWS = 1024 * 1024
+# rows written between size checks when rolling (at most one row group); a file overshoots the
+# target by at most this.
+ROLL_CHECK_ROWS = MAX_ROW_GROUP_ROWS
 # A column chunk falls back from dictionary to plain encoding once its dictionary passes this:
 # low-cardinality columns (partition values, row kinds, enums) keep their dictionaries, while
 # unique keys, measures and free text stop paying for a dictionary that saves nothing (Arrow's
@@ -136,7 +143,7 @@ class DataFileWriter:
                          key_stats=[_ColumnStats() for _ in self.key_names])
 
     def _append(self, f: _OpenFile, chunk: pa.Table) -> None:
-        f.writer.write_table(chunk, row_group_size=ROW_GROUP_ROWS)
+        f.writer.write_table(chunk, row_group_size=chunk.num_rows)  # a chunk is one row group (_recut)
         f.rows += chunk.num_rows
         with_min_max = self.config.stats_truncate != 0
         for stats, name in zip(f.value_stats, self.value_names, strict=True):
@@ -182,23 +189,32 @@ class DataFileWriter:
         )
 
 
+def row_group_rows(sample: pa.Table) -> int:
+    """Rows per row group for rows like `sample`'s (see ROW_GROUP_BYTES)."""
+    per_row = max(1.0, sample.nbytes / max(1, sample.num_rows))
+    grains = int(ROW_GROUP_BYTES / per_row) // ROW_GROUP_ROWS
+    return min(MAX_ROW_GROUP_ROWS, max(1, grains) * ROW_GROUP_ROWS)
+
+
 def _recut(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
-    """The rows of `tables` in order, in pieces of ROLL_CHECK_ROWS rows (the last one shorter):
-    each piece is whole row groups of ROW_GROUP_ROWS, however small the input tables (a
-    compaction streams a merge of many runs; Parquet readers pay per row group)."""
+    """The rows of `tables` in order, in pieces of one row group each (the last one shorter),
+    however small the input tables (a compaction streams a merge of many runs; Parquet readers
+    pay per row group). The group's size is set by the first table's bytes per row."""
     pending: list[pa.Table] = []
     rows = 0
+    piece = 0
     for table in tables:
         if table.num_rows == 0:
             continue
+        piece = piece or min(row_group_rows(table), ROLL_CHECK_ROWS)
         pending.append(table)
         rows += table.num_rows
-        if rows < ROLL_CHECK_ROWS:
+        if rows < piece:
             continue
         whole = pa.concat_tables(pending)
-        cut = rows - rows % ROLL_CHECK_ROWS
-        for start in range(0, cut, ROLL_CHECK_ROWS):
-            yield whole.slice(start, ROLL_CHECK_ROWS)
+        cut = rows - rows % piece
+        for start in range(0, cut, piece):
+            yield whole.slice(start, piece)
         pending, rows = [whole.slice(cut)], rows - cut
     if rows:
         yield pa.concat_tables(pending)

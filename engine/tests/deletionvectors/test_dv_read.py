@@ -43,6 +43,7 @@ class DecodeCounter:
 @pytest.fixture
 def small_row_groups(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("strata.io.data_file_writer.ROW_GROUP_ROWS", GROUP_ROWS)
+    monkeypatch.setattr("strata.io.data_file_writer.ROW_GROUP_BYTES", 0)  # groups of GROUP_ROWS exactly
 
 
 def _rows(ids: np.ndarray, version: int) -> pa.Table:

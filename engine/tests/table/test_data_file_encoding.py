@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import strata
-from strata.io.data_file_writer import DICTIONARY_PAGE_LIMIT, ROW_GROUP_ROWS
+from strata.io import data_file_writer
+from strata.io.data_file_writer import DICTIONARY_PAGE_LIMIT, ROW_GROUP_ROWS, row_group_rows
 
 ROWS = 40_000  # more than one row group (32k rows)
 
@@ -43,9 +44,10 @@ def test_dictionary_only_for_low_cardinality_columns(tmp_path) -> None:
     assert table.to_arrow().sort_by("id").equals(rows)  # both encodings read back exactly
 
 
-def test_a_compaction_of_small_runs_writes_full_row_groups(tmp_path) -> None:
-    """A merge streams many small sorted pieces; the file still has row groups of ROW_GROUP_ROWS
-    (a reader pays per row group), not one per piece."""
+def test_a_compaction_of_small_runs_writes_full_row_groups(tmp_path, monkeypatch) -> None:
+    """A merge streams many small sorted pieces; the file still has full row groups (a reader pays
+    per row group), not one per piece."""
+    monkeypatch.setattr(data_file_writer, "ROW_GROUP_BYTES", 0)  # groups of ROW_GROUP_ROWS, the smallest
     catalog = strata.load_catalog(str(tmp_path / "wh"))
     catalog.create_database("db")
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
@@ -59,3 +61,28 @@ def test_a_compaction_of_small_runs_writes_full_row_groups(tmp_path) -> None:
     metadata = pq.ParquetFile(f"{split.bucket_path}/{data_file.file_name}").metadata
     groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
     assert groups == [ROW_GROUP_ROWS, ROWS - ROW_GROUP_ROWS]
+
+
+def test_row_groups_hold_about_row_group_bytes(tmp_path) -> None:
+    """Narrow rows make few large row groups, wide rows more, smaller ones: each near ROW_GROUP_BYTES
+    of Arrow data and a whole number of ROW_GROUP_ROWS (a scan pays per group and per request)."""
+    catalog = strata.load_catalog(str(tmp_path / "wh"))
+    catalog.create_database("db")
+    rows = 300_000
+    narrow = pa.table({"id": np.arange(rows), "v": np.arange(rows)})
+    wide = narrow.append_column("text", pa.array(np.char.add("x" * 400, np.arange(rows).astype(str)).tolist()))
+    for name, data in (("narrow", narrow), ("wide", wide)):
+        table = catalog.create_table(f"db.{name}", data.schema, options={"bucket": "-1"})
+        table.write(data)
+        [split] = table.scan()
+        [data_file] = split.files
+        metadata = pq.ParquetFile(f"{split.bucket_path}/{data_file.file_name}").metadata
+        groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+        expected = row_group_rows(data)
+        assert groups[:-1] == [expected] * (len(groups) - 1) and 0 < groups[-1] <= expected, (name, groups)
+        assert expected % ROW_GROUP_ROWS == 0
+        if name == "narrow":
+            assert groups == [rows]  # 16 bytes a row: one group
+        else:
+            assert len(groups) == -(-rows // expected) > 2  # about 410 bytes a row: 81,920 rows a group
+            assert data_file_writer.ROW_GROUP_BYTES / 2 <= expected * wide.nbytes / rows <= data_file_writer.ROW_GROUP_BYTES
