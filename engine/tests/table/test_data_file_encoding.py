@@ -63,12 +63,15 @@ def test_a_compaction_of_small_runs_writes_full_row_groups(tmp_path, monkeypatch
     assert groups == [ROW_GROUP_ROWS, ROWS - ROW_GROUP_ROWS]
 
 
-def test_row_groups_hold_about_row_group_bytes(tmp_path) -> None:
+def test_row_groups_hold_about_row_group_bytes(tmp_path, monkeypatch) -> None:
     """Narrow rows make few large row groups, wide rows more, smaller ones: each near ROW_GROUP_BYTES
-    of Arrow data and a whole number of ROW_GROUP_ROWS (a scan pays per group and per request)."""
+    of Arrow data and a whole number of ROW_GROUP_ROWS (a scan pays per group and per request).
+    Scaled down 32x in bytes and rows, so that the test writes megabytes."""
+    monkeypatch.setattr(data_file_writer, "ROW_GROUP_BYTES", 1024 * 1024)
+    monkeypatch.setattr(data_file_writer, "ROW_GROUP_ROWS", 1024)
     catalog = strata.load_catalog(str(tmp_path / "wh"))
     catalog.create_database("db")
-    rows = 300_000
+    rows = 30_000
     narrow = pa.table({"id": np.arange(rows), "v": np.arange(rows)})
     wide = narrow.append_column("text", pa.array(np.char.add("x" * 400, np.arange(rows).astype(str)).tolist()))
     for name, data in (("narrow", narrow), ("wide", wide)):
@@ -80,9 +83,9 @@ def test_row_groups_hold_about_row_group_bytes(tmp_path) -> None:
         groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
         expected = row_group_rows(data)
         assert groups[:-1] == [expected] * (len(groups) - 1) and 0 < groups[-1] <= expected, (name, groups)
-        assert expected % ROW_GROUP_ROWS == 0
+        assert expected % 1024 == 0
         if name == "narrow":
-            assert groups == [rows]  # 16 bytes a row: one group
+            assert groups == [rows]  # 16 bytes a row: 64k rows a group, one group
         else:
-            assert len(groups) == -(-rows // expected) > 2  # about 410 bytes a row: 81,920 rows a group
-            assert data_file_writer.ROW_GROUP_BYTES / 2 <= expected * wide.nbytes / rows <= data_file_writer.ROW_GROUP_BYTES
+            assert len(groups) == -(-rows // expected) > 2  # about 410 bytes a row: 2k rows a group
+            assert 512 * 1024 <= expected * wide.nbytes / rows <= 1024 * 1024
