@@ -79,7 +79,7 @@ def _shared_session(kind: str) -> SparkSession:
     else:
         from strata_platform.services.spark import spark_session
 
-        created = spark_session("strata-integration-tests")
+        created = spark_session("strata-integration-tests", s3a=True)  # read_table on MinIO (test_tpch)
     register(created)
     _SHARED[kind] = created
     return created

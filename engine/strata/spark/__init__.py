@@ -3,6 +3,7 @@
     from strata.spark import register, write_table
     register(spark)                                   # spark.dataSource.register(StrataDataSource)
     df = spark.read.format("strata").load("/warehouse#db.orders")
+    df = read_table(spark, "/warehouse#db.orders")    # Spark's own Parquet reader where no merge is needed
     write_table(df, "/warehouse#db.orders")           # distributed by bucket, then written
     q = (stream_df.writeStream.format("strata").option("checkpointLocation", "/ck/orders")
          .start("/warehouse#db.orders"))              # exactly-once, one snapshot per micro-batch
@@ -10,8 +11,9 @@
     audit = spark.read.format("strata").option("branch", "audit").load("/warehouse#db.orders")
     fast_forward("/warehouse#db.orders", "audit")      # main takes the branch (write-audit-publish)
 
-See ``strata.spark.source`` (reads, filter pushdown), ``strata.spark.writer`` (writes,
-exactly-once, distribution) and ``strata.spark.stream`` (streaming reads).
+See ``strata.spark.source`` (reads, filter pushdown), ``strata.spark.native`` (``read_table``),
+``strata.spark.writer`` (writes, exactly-once, distribution) and ``strata.spark.stream``
+(streaming reads).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from strata.spark.foreach_batch import batch_deleter, batch_writer, delete_batch, upsert_batch
+from strata.spark.native import read_table
 from strata.spark.registration import register_data_source
 from strata.spark.source import StrataDataSource
 
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["BUCKET_COLUMN", "StrataDataSource", "batch_deleter", "batch_writer", "delete_batch", "distribute_by_bucket",
-           "fast_forward", "register", "upsert_batch", "write_table"]
+           "fast_forward", "read_table", "register", "upsert_batch", "write_table"]
 
 BUCKET_COLUMN = "_strata_bucket"
 

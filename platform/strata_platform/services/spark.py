@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from strata_platform.services.base import HOST, STATE_DIR, Service, ServiceError
+from strata_platform.services.base import CACHE_DIR, HOST, STATE_DIR, Service, ServiceError, download, maven_url
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,6 +40,36 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",
 }
+
+
+# Spark's own Parquet reader on s3:// needs Hadoop's s3a file system: hadoop-aws of the Hadoop that
+# PySpark ships, with the AWS SDK and the analytics stream its pom names (by Hadoop version).
+S3A_DEPENDENCIES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "3.5.0": (("org.apache.hadoop", "hadoop-aws", "3.5.0"),
+              ("software.amazon.awssdk", "bundle", "2.35.4"),  # 690 MB: the SDK hadoop-aws is built on
+              ("software.amazon.s3.analyticsaccelerator", "analyticsaccelerator-s3", "1.3.1")),
+}
+
+
+def hadoop_version() -> str:
+    """The Hadoop client PySpark ships (its ``hadoop-client-api`` jar)."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    found = sorted(jars.glob("hadoop-client-api-*.jar"))
+    if not found:
+        raise ServiceError(f"no hadoop-client-api jar in {jars}")
+    return found[0].name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def s3a_jars() -> list[Path]:
+    """The jars that give Spark ``s3a://`` (downloaded once into the cache)."""
+    version = hadoop_version()
+    if version not in S3A_DEPENDENCIES:
+        raise ServiceError(f"no s3a jars known for Hadoop {version} (known: {sorted(S3A_DEPENDENCIES)})")
+    target = CACHE_DIR / "spark-s3a"
+    return [download(maven_url(group, artifact, release), target / f"{artifact}-{release}.jar")
+            for group, artifact, release in S3A_DEPENDENCIES[version]]
 
 
 def java_binary() -> str:
@@ -74,12 +104,14 @@ def python_env() -> dict[str, str]:
             "SPARK_LOCAL_IP": HOST}
 
 
-def spark_session(app_name: str = "strata", **conf: str) -> SparkSession:
+def spark_session(app_name: str = "strata", s3a: bool = False, **conf: str) -> SparkSession:
     """A local[2] SparkSession on 127.0.0.1 with the UI off and Python workers on this venv.
 
     ``conf`` keys use underscores for dots, e.g. ``spark_sql_shuffle_partitions="8"``, or pass
     exact keys with ``**{"spark.some.key": "v"}``. ``master`` may be given as ``master="local[4]"``.
-    getOrCreate semantics: an active session is reused (its static conf is not changed).
+    With `s3a`, Spark's own file sources read ``s3a://`` (``s3a_jars``; ``strata.spark.read_table``
+    reads Strata tables on S3 with them). getOrCreate semantics: an active session is reused (its
+    static conf is not changed).
     """
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
@@ -92,6 +124,9 @@ def spark_session(app_name: str = "strata", **conf: str) -> SparkSession:
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
+    if s3a:  # on the class path, not spark.jars: those are copied for the executors (690 MB)
+        path = os.pathsep.join(str(jar) for jar in s3a_jars())
+        settings |= {"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path}
     for key, value in conf.items():
         settings[key if "." in key else key.replace("_", ".")] = str(value)
     builder = SparkSession.builder.master(master).appName(app_name)

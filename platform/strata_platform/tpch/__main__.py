@@ -37,7 +37,7 @@ def start(scale_factor: float) -> Tpch:
     from strata_platform.services.trino import TrinoService
 
     SparkService().install()
-    spark = spark_session("strata-tpch", **{"spark.driver.memory": "3g",
+    spark = spark_session("strata-tpch", s3a=True, **{"spark.driver.memory": "3g",
                                             "spark.sql.execution.arrow.maxRecordsPerBatch": "100000"})
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 NEW_KEY_OFFSET = 10**10  # RF1's order keys: above every key TPC-H generates (6e8 at SF 100)
 REFRESH_KEYS = ("tpch-rf1", "tpch-rf2")  # the Spark sink's commit users of the two refresh functions
 ENGINES = ("trino_strata", "trino_native", "spark_strata")
+SPARK_SOURCES = ("strata", "strata-python", "parquet")
 CTAS_THREADS = 3  # tables Trino loads at once (Spark writes them one after the other)
 Progress = Callable[[str], None]
 
@@ -248,16 +249,24 @@ class Tpch:
         return out
 
     @contextlib.contextmanager
-    def spark_views(self, plain_parquet: bool = False, cache: bool = False) -> Iterator[None]:
-        """The eight tables as Spark temporary views: format("strata"), or the local Parquet copy.
+    def spark_views(self, source: str = "strata", cache: bool = False) -> Iterator[None]:
+        """The eight tables as Spark temporary views, read from `source` (SPARK_SOURCES): Strata's
+        tables through ``strata.spark.read_table`` (Spark's Parquet reader over the files Strata
+        plans), through ``format("strata")`` (the Python data source), or the local Parquet copy.
         With `cache`, each table is read once and kept in Spark's memory (the queries then cost Spark's
         planning and joins only: what a test on a busy machine can afford)."""
+        from strata.spark import read_table
+
         frames = []
         for table in TABLES:
-            if plain_parquet:
+            if source == "parquet":
                 frame = self.source_frame(table)
-            else:
+            elif source == "strata":
+                frame = read_table(self.spark, self.uri(table), **self.catalog_options())
+            elif source == "strata-python":
                 frame = self.spark.read.format("strata").options(**self.catalog_options()).load(self.uri(table))
+            else:
+                raise ValueError(f"source must be one of {SPARK_SOURCES}, got {source!r}")
             if cache:
                 frame = frame.cache()
                 frame.count()
@@ -271,17 +280,16 @@ class Tpch:
             for frame in frames:
                 frame.unpersist()
 
-    def run_spark(self, numbers: tuple[int, ...] = queries.QUERY_IDS, plain_parquet: bool = False,
+    def run_spark(self, numbers: tuple[int, ...] = queries.QUERY_IDS, source: str = "strata",
                   cache: bool = False) -> dict[int, QueryRun]:
         out: dict[int, QueryRun] = {}
-        with self.spark_views(plain_parquet, cache):
+        with self.spark_views(source, cache):
             for number in numbers:
                 sql = queries.render(number, self.scale_factor)
                 started = time.perf_counter()
                 rows = self.spark.sql(sql).collect()
                 out[number] = QueryRun(time.perf_counter() - started, [tuple(r) for r in rows])
-                self.progress(f"  Spark {'Parquet' if plain_parquet else 'Strata'} Q{number}: "
-                              f"{out[number].seconds:.2f} s")
+                self.progress(f"  Spark {source} Q{number}: {out[number].seconds:.2f} s")
         return out
 
     def run_all(self, numbers: tuple[int, ...] = queries.QUERY_IDS, spark_cache: bool = False,
