@@ -10,8 +10,9 @@ Facts this follows (Iceberg spec, Trino's TableStatisticsReader):
   statistics file of the queried snapshot or of its nearest ancestor (walking parent-snapshot-id),
   at most one file per snapshot id.
 
-So statistics are computed off the commit path (``strata iceberg stats db.t``, or after a
-compaction once the table's record count moved by more than STALE_FRACTION since the last ones),
+So statistics are computed off the commit path (``strata iceberg stats db.t``), after the first
+commit that gives the table rows, or after a compaction once the table's record count moved by
+more than STALE_FRACTION since the last ones,
 and each new metadata version carries the entries of snapshots it keeps forward (``carried``),
 which keeps Trino on them until the next refresh.
 
@@ -214,29 +215,33 @@ def _delete(table: Table, path: str) -> None:
 
 
 def stale(metadata: dict[str, Any]) -> bool:
-    """Metadata a compaction just published: no statistics yet, or total-records moved by more
-    than STALE_FRACTION since the snapshot they were computed at."""
+    """Metadata a commit just published needs statistics: the table has rows and none yet (its
+    first rows get them, as Trino's CREATE TABLE AS collects them while writing; a table loaded
+    once, never compacted, would stay without), or a compaction published it and total-records
+    moved by more than STALE_FRACTION since the snapshot they were computed at."""
     snapshots = {s["snapshot-id"]: s for s in metadata["snapshots"]}
     current = snapshots.get(_current_id(metadata))
-    if current is None or current.get("summary", {}).get("operation") != COMPACTION:
+    if current is None:
         return False
     entries = metadata.get("statistics") or []
     if not entries:
-        return True
+        return _records(current) > 0
+    if current.get("summary", {}).get("operation") != COMPACTION:
+        return False
     then = snapshots.get(max(e["snapshot-id"] for e in entries))
     if then is None:
         return True
+    return abs(_records(current) - _records(then)) > STALE_FRACTION * max(_records(then), 1)
 
-    def records(snapshot: dict[str, Any]) -> int:
-        return int(snapshot.get("summary", {}).get("total-records", 0))
 
-    return abs(records(current) - records(then)) > STALE_FRACTION * max(records(then), 1)
+def _records(snapshot: dict[str, Any]) -> int:
+    return int(snapshot.get("summary", {}).get("total-records", 0))
 
 
 def refresh_after_commit(table: Table, metadata_dir: str, published: dict[str, Any] | None) -> None:
     """The commit's follow-up (``metadata.iceberg.statistics=compaction``), given the metadata its
-    sync published (None: nothing published): refresh statistics when a compaction left them
-    stale. No request is made otherwise. A failure is logged; the commit and its metadata stand."""
+    sync published (None: nothing published): compute statistics for a table's first rows, and
+    refresh them when a compaction left them stale. No request is made otherwise. A failure is logged; the commit and its metadata stand."""
     if published is None or str(table.core.get("metadata.iceberg.statistics")) != "compaction":
         return
     try:

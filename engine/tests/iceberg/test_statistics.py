@@ -140,7 +140,7 @@ def test_stats_command_writes_a_puffin_file_trino_and_the_spec_agree_on(
 def test_compaction_refreshes_stale_statistics_only(catalog: strata.Catalog) -> None:
     table = catalog.create_table("db.pk", SCHEMA, primary_keys=["id"], options={**ICEBERG, "bucket": "1"})
     table.write(sample(0, 5000))
-    assert _metadata(table)["statistics"] == [], "a plain commit computes nothing"
+    assert _metadata(table)["statistics"] == [], "level 0 is not in the Iceberg view: no rows yet"
     table.write(sample(2500, 5000))  # 2500 updates, 2500 new keys
     table.compact(full=True)
     metadata = _metadata(table)
@@ -152,6 +152,22 @@ def test_compaction_refreshes_stale_statistics_only(catalog: strata.Catalog) -> 
     table.compact(full=True)
     metadata = _metadata(table)
     assert metadata["statistics"] == [entry] and entry["snapshot-id"] < metadata["current-snapshot-id"]
+
+
+def test_a_tables_first_rows_get_statistics(catalog: strata.Catalog) -> None:
+    """A table loaded once and never compacted (a dimension table) still gets statistics, as Trino's
+    CREATE TABLE AS collects them; the commits after it compute nothing."""
+    table = catalog.create_table("db.loaded", SCHEMA, options=ICEBERG)
+    table.write(sample(0, 0))  # no rows: nothing to count
+    assert _metadata(table)["statistics"] == []
+    table.write(sample(0, 3000))
+    metadata = _metadata(table)
+    [first] = metadata["statistics"]
+    assert first["snapshot-id"] == metadata["current-snapshot-id"]
+    ndv = {b["fields"][0]: int(b["properties"]["ndv"]) for b in first["blob-metadata"]}
+    assert abs(ndv[table.schema.field("id").id] - 3000) <= 60  # a sketch: within 2%
+    table.write(sample(3000, 3000))  # doubled, but no compaction: kept
+    assert _metadata(table)["statistics"] == [first]
 
 
 def test_manual_statistics_are_not_refreshed_by_compaction(catalog: strata.Catalog) -> None:
