@@ -3,8 +3,9 @@ tables into Strata tables on MinIO, Trino CTAS the same rows into its own Iceber
 ``native`` catalog), both match the source's row counts and checksums; two refresh rounds (RF1
 inserts orders and lineitems, RF2 deletes them by key) go through Spark exactly once (a replayed
 round publishes nothing) and through Trino's INSERT/DELETE; the 22 queries give equal results on
-Trino over Strata and Trino native after the load, and on those two and Spark SQL over
-format("strata") after the refresh."""
+Trino over Strata and Trino native after the load, and on those two and Spark SQL over Strata
+(``strata.spark.read_table``: Spark's Parquet reader on MinIO through s3a, deletion vectors as an
+anti join) after the refresh."""
 
 from __future__ import annotations
 

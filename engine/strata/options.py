@@ -193,8 +193,8 @@ _OPTIONS: list[Option] = [
     Option("metadata.iceberg.delete-after-commit.enabled", "true", _bool,
            "delete metadata files past previous-versions-max"),
     Option("metadata.iceberg.statistics", "compaction", _choice("compaction", "manual"),
-           "NDV statistics for Iceberg readers (Puffin theta sketches; needs the stats extra): refreshed after a "
-           "compaction that finds them stale, or only by `strata iceberg stats`"),
+           "NDV statistics for Iceberg readers (Puffin theta sketches; needs the stats extra): computed for the "
+           "first rows and refreshed after a compaction that finds them stale, or only by `strata iceberg stats`"),
     Option("metadata.iceberg.manifest-compression", "snappy", _choice("snappy", "zstd", "gzip", "deflate", "none"),
            "codec of the Iceberg manifests"),
     Option("path", None, _str, "table path"),

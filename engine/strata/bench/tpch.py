@@ -1,11 +1,12 @@
 """TPC-H through the whole stack (``strata_platform.tpch``), as bench entries.
 
-One run at ``BENCH_SCALE_FACTOR`` x ``--scale`` (SF 0.01 at scale 1: 60,000 lineitems; Spark's
-queries through the Python data source make larger ones take too long on this 2-core machine)
-does the load (Spark into Strata, Trino CTAS into its native Iceberg catalog), the 22 queries on
+One run at ``BENCH_SCALE_FACTOR`` x ``--scale`` (SF 0.01 at scale 1: 60,000 lineitems, so that
+the bench stays minutes long on a 2-core machine; ``make tpch SF=1`` measures scale factor 1) does
+the load (Spark into Strata, Trino CTAS into its native Iceberg catalog), the 22 queries on
 Trino over Strata, Trino native and Spark over Strata (and Spark over the same rows as plain
-Parquet), ``REFRESH_ROUNDS`` refresh rounds and the queries again on the two Trino catalogs; its
-result is kept in the bench's work directory, so the four entries share it:
+Parquet, and through format("strata")), ``REFRESH_ROUNDS`` refresh rounds and the queries again
+on the two Trino catalogs; its result is kept in the bench's work directory, so the four entries
+share it:
 
 TPCH_TRINO    geometric mean over the 22 queries of Trino on Strata / Trino native (the worse of
               after-load and after-refresh; the worst query is named).

@@ -241,7 +241,8 @@ def _records(snapshot: dict[str, Any]) -> int:
 def refresh_after_commit(table: Table, metadata_dir: str, published: dict[str, Any] | None) -> None:
     """The commit's follow-up (``metadata.iceberg.statistics=compaction``), given the metadata its
     sync published (None: nothing published): compute statistics for a table's first rows, and
-    refresh them when a compaction left them stale. No request is made otherwise. A failure is logged; the commit and its metadata stand."""
+    refresh them when a compaction left them stale. No request is made otherwise. A failure is
+    logged; the commit and its metadata stand."""
     if published is None or str(table.core.get("metadata.iceberg.statistics")) != "compaction":
         return
     try:
