@@ -77,9 +77,9 @@ def _shared_session(kind: str) -> SparkSession:
 
         created = cluster_session("strata-integration-tests-cluster")
     else:
-        from strata_platform.services.spark import spark_session
+        from strata_platform.services.spark import s3a_conf, spark_session
 
-        created = spark_session("strata-integration-tests", s3a=True)  # read_table on MinIO (test_tpch)
+        created = spark_session("strata-integration-tests", **s3a_conf())  # read_table on MinIO (test_tpch)
     register(created)
     _SHARED[kind] = created
     return created

@@ -104,12 +104,19 @@ def python_env() -> dict[str, str]:
             "SPARK_LOCAL_IP": HOST}
 
 
-def spark_session(app_name: str = "strata", s3a: bool = False, **conf: str) -> SparkSession:
+def s3a_conf() -> dict[str, str]:
+    """Spark settings that put ``s3a_jars`` on the driver's and executors' class path (not
+    spark.jars: those are copied for the executors, 690 MB): ``spark_session(name, **s3a_conf())``."""
+    path = os.pathsep.join(str(jar) for jar in s3a_jars())
+    return {"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path}
+
+
+def spark_session(app_name: str = "strata", **conf: str) -> SparkSession:
     """A local[2] SparkSession on 127.0.0.1 with the UI off and Python workers on this venv.
 
     ``conf`` keys use underscores for dots, e.g. ``spark_sql_shuffle_partitions="8"``, or pass
     exact keys with ``**{"spark.some.key": "v"}``. ``master`` may be given as ``master="local[4]"``.
-    With `s3a`, Spark's own file sources read ``s3a://`` (``s3a_jars``; ``strata.spark.read_table``
+    With ``**s3a_conf()``, Spark's own file sources read ``s3a://`` (``strata.spark.read_table``
     reads Strata tables on S3 with them). getOrCreate semantics: an active session is reused (its
     static conf is not changed).
     """
@@ -124,9 +131,6 @@ def spark_session(app_name: str = "strata", s3a: bool = False, **conf: str) -> S
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
-    if s3a:  # on the class path, not spark.jars: those are copied for the executors (690 MB)
-        path = os.pathsep.join(str(jar) for jar in s3a_jars())
-        settings |= {"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path}
     for key, value in conf.items():
         settings[key if "." in key else key.replace("_", ".")] = str(value)
     builder = SparkSession.builder.master(master).appName(app_name)

@@ -33,11 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
 def start(scale_factor: float) -> Tpch:
     from strata.spark import register
     from strata_platform.services.iceberg_rest import IcebergRestService
-    from strata_platform.services.spark import SparkService, spark_session
+    from strata_platform.services.spark import SparkService, s3a_conf, spark_session
     from strata_platform.services.trino import TrinoService
 
     SparkService().install()
-    spark = spark_session("strata-tpch", s3a=True, **{"spark.driver.memory": "3g",
+    spark = spark_session("strata-tpch", **s3a_conf(), **{"spark.driver.memory": "3g",
                                             "spark.sql.execution.arrow.maxRecordsPerBatch": "100000"})
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
