@@ -158,9 +158,8 @@ def _matching_positions(table: Table, predicate: Predicate, split: DataSplit, f:
     mapping = ColumnMapping(table.schema, table.schema_at(f.schema_id), fields)
     vector = (split.deletion_files or {}).get(f.file_name)
     deleted = deleted_positions(table.file_io, vector) if vector is not None else None
-    path = f.external_path or f"{split.bucket_path}/{f.file_name}"
     parts = [t.column(ROW_POSITION).to_numpy() for t in read_file(
-        table.file_io, path, mapping, prune=predicate, use_threads=False, deleted=deleted, positions=True,
+        table.file_io, split.file_path(f), mapping, prune=predicate, use_threads=False, deleted=deleted, positions=True,
         row_filter=predicate) if t.num_rows]
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 

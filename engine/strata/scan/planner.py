@@ -46,6 +46,10 @@ class DataSplit:
     def row_count(self) -> int:
         return sum(f.row_count for f in self.files)
 
+    def file_path(self, f: DataFileMeta) -> str:
+        """Where one of the split's data files is (its external path, else in the bucket)."""
+        return f.external_path or f"{self.bucket_path}/{f.file_name}"
+
     def raw_convertible(self) -> bool:
         """True when no merging is needed: one file, or no two files whose keys can overlap."""
         return self.deletion_files is not None or len(self.files) <= 1 or (all(f.level > 0 for f in self.files) and \

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -29,11 +29,12 @@ import pyarrow as pa
 from strata.deletionvectors import deleted_positions
 from strata.fs.s3 import S3FileIO
 from strata.schema.table_schema import VALUE_KIND
-from strata.spark.options import normalize, table_ref
+from strata.spark.options import get_int, normalize, table_ref
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from strata.schema.table_schema import TableSchema
     from strata.table.table import Table
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,6 @@ NATIVE_TYPES = frozenset({"BOOLEAN", "TINYINT", "SMALLINT", "INT", "BIGINT", "FL
                           "DATE", "CHAR", "VARCHAR", "BINARY", "VARBINARY"})
 # Read options format("strata") serves that a plain file scan cannot
 _PYTHON_ONLY = ("incremental-between", "include-row-kind")
-_TIME_TRAVEL = ("snapshot-id", "timestamp-millis", "tag")
 _FILE = "_strata_file"
 _POSITION = "_strata_position"
 _LIVE_KINDS = (0, 2)  # +I, +U
@@ -86,12 +86,10 @@ def native_plan(table: Table, settings: Mapping[str, str]) -> NativePlan | str:
     unsupported = [f"{f.name} {f.type.root}" for f in table.schema.fields if f.type.root not in NATIVE_TYPES]
     if unsupported:
         return f"column {unsupported[0]}: Spark's Parquet reader maps its type differently"
-    to_uri = _file_uri(table)
-    if to_uri is None:
+    if spark_path(table.path) is None:
         return f"Spark has no file system for {table.path}"
-    snapshot_id, timestamp, tag = (settings.get(k) for k in _TIME_TRAVEL)
-    scan = table.new_scan(snapshot_id=int(snapshot_id) if snapshot_id else None,
-                          timestamp_millis=int(timestamp) if timestamp else None, tag=tag)
+    scan = table.new_scan(snapshot_id=get_int(settings, "snapshot-id"),
+                          timestamp_millis=get_int(settings, "timestamp-millis"), tag=settings.get("tag"))
     plan = NativePlan([], primary_key=bool(table.schema.primary_keys))
     fields = _fields(table.schema)
     for split in scan.plan().splits:
@@ -100,7 +98,10 @@ def native_plan(table: Table, settings: Mapping[str, str]) -> NativePlan | str:
         for f in split.files:
             if f.schema_id != table.schema.id and _fields(table.schema_at(f.schema_id)) != fields:
                 return f"file {f.file_name} has schema {f.schema_id}, the table {table.schema.id}"
-            plan.paths.append(to_uri(f.external_path or f"{split.bucket_path}/{f.file_name}"))
+            path = spark_path(split.file_path(f))
+            if path is None:
+                return f"Spark has no file system for {split.file_path(f)}"
+            plan.paths.append(path)
         for name, vector in (split.deletion_files or {}).items():
             plan.deleted[name] = deleted_positions(table.file_io, vector)
     return plan
@@ -157,15 +158,17 @@ def _python_read(spark: SparkSession, path: str | None, options: Mapping[str, st
     return reader.load(path) if path else reader.load()
 
 
-def _file_uri(table: Table) -> Any:
-    """How Spark names the table's files: ``s3a://`` for S3, ``file://`` for local paths."""
-    location = table.path
-    if location.startswith("s3://") or location.startswith("s3a://"):
-        return lambda p: "s3a://" + p.split("://", 1)[1]
-    if location.startswith("file:") or location.startswith("/"):
-        return lambda p: p if p.startswith("file:") else "file://" + p
+def spark_path(path: str) -> str | None:
+    """How Spark's file sources name a Strata path: ``s3a://`` for S3, ``file://`` for local
+    paths; None where Spark has no file system for it."""
+    if path.startswith(("s3://", "s3a://")):
+        return "s3a://" + path.split("://", 1)[1]
+    if path.startswith("file:"):
+        return path
+    if path.startswith("/"):
+        return "file://" + path
     return None
 
 
-def _fields(schema: Any) -> list[tuple[int, str, str]]:
+def _fields(schema: TableSchema) -> list[tuple[int, str, str]]:
     return [(f.id, f.name, str(f.type)) for f in schema.fields]

@@ -63,7 +63,7 @@ from strata.options import parse_memory
 from strata.scan.planner import DataSplit
 from strata.scan.predicate import Predicate
 from strata.spark import filters as spark_filters
-from strata.spark.options import TableRef, get_bool, normalize, table_ref
+from strata.spark.options import TableRef, get_bool, get_int, normalize, table_ref
 from strata.spark.types import ROW_KIND_COLUMN, conform_output, expected_arrow_schema, resolve_columns, spark_schema
 from strata.table.table import Table
 
@@ -174,8 +174,8 @@ class StrataBatchReader(DataSourceReader):
 
     def _snapshot_splits(self, table: Table) -> list[DataSplit]:
         s = self.settings
-        snapshot_id = _int_option(s, "snapshot-id")
-        timestamp = _int_option(s, "timestamp-millis")
+        snapshot_id = get_int(s, "snapshot-id")
+        timestamp = get_int(s, "timestamp-millis")
         tag = s.get("tag")
         if snapshot_id is None and timestamp is None and tag is None:
             if not self.pinned:
@@ -226,16 +226,6 @@ def pack_splits(splits: Sequence[DataSplit], target: int, open_cost: int) -> Ite
 def _size_option(settings: dict[str, str], key: str, default: int) -> int:
     value = settings.get(key)
     return parse_memory(value) if value is not None else default
-
-
-def _int_option(settings: dict[str, str], key: str) -> int | None:
-    value = settings.get(key)
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise OptionError(f"option {key!r} must be an integer, got {value!r}") from None
 
 
 def _incremental_range(table: Table, text: str | None) -> tuple[int, int] | None:

@@ -159,7 +159,7 @@ class TableRead:
         reading order); filtered ones keep ranged reads, which skip pruned row groups."""
         if not self.table.file_io.is_object_store:
             return self.table.file_io
-        return prefetching(self.table.file_io, [(self._path(split, f), f.file_size) for split, f, prune in reads
+        return prefetching(self.table.file_io, [(split.file_path(f), f.file_size) for split, f, prune in reads
                                                 if prune is None])
 
     def _file_reads(self, split: DataSplit) -> list[tuple[DataFileMeta, list[str], Predicate | None]]:
@@ -252,12 +252,8 @@ class TableRead:
         # raw (deletion-vector) splits: the filter selects rows in the reader, before the deleted
         # rows are dropped, so a selective filter copies only what it keeps
         row_filter = self.filter if self._raw(split) else None
-        yield from read_file(io, self._path(split, f), mapping, prune, stat_names, use_threads=decode_threads,
+        yield from read_file(io, split.file_path(f), mapping, prune, stat_names, use_threads=decode_threads,
                              deleted=deleted, row_filter=row_filter, row_range=row_range)
-
-    @staticmethod
-    def _path(split: DataSplit, f: DataFileMeta) -> str:
-        return f.external_path or f"{split.bucket_path}/{f.file_name}"
 
     def _finish(self, batch: pa.Table, with_kinds: bool, filtered: bool = False) -> pa.Table:
         """Drop retractions (or label them), apply the filter (unless already `filtered`), project."""

@@ -372,7 +372,7 @@ def _files(table: Table, snapshot_id: int | None = None, timestamp_millis: int |
             nulls, mins, maxs = stats.value_stats(f)
             rows.append({
                 "partition": partition, "bucket": split.bucket,
-                "file_path": f.external_path or f"{split.bucket_path}/{f.file_name}",
+                "file_path": split.file_path(f),
                 "file_format": f.file_name.rsplit(".", 1)[-1] if "." in f.file_name else "",
                 "schema_id": f.schema_id, "level": f.level, "record_count": f.row_count,
                 "file_size_in_bytes": f.file_size, "min_key": stats.key_string(f.min_key, f.schema_id),

@@ -21,6 +21,7 @@ DELETE.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -248,7 +249,7 @@ class Tpch:
         out: dict[int, QueryRun] = {}
         for number in numbers:
             sql = queries.render(number, self.scale_factor, f"{catalog}.{self.database}.")
-            out[number] = _fastest(lambda sql=sql: self.query(sql), repeat)  # type: ignore[misc]
+            out[number] = _fastest(functools.partial(self.query, sql), repeat)
             self.progress(f"  Trino {catalog} Q{number}: {out[number].seconds:.2f} s")
         return out
 
@@ -261,6 +262,7 @@ class Tpch:
         planning and joins only: what a test on a busy machine can afford)."""
         from strata.spark import read_table
 
+        s3a = self._s3a_options() if source == "parquet-s3" else {}
         frames = []
         for table in TABLES:
             if source == "parquet":
@@ -270,7 +272,7 @@ class Tpch:
             elif source == "strata-python":
                 frame = self.spark.read.format("strata").options(**self.catalog_options()).load(self.uri(table))
             elif source == "parquet-s3":
-                frame = self.spark.read.options(**self._s3a_options()).parquet(*self.native_files[table])
+                frame = self.spark.read.options(**s3a).parquet(*self.native_files[table])
             else:
                 raise ValueError(f"source must be one of {SPARK_SOURCES}, got {source!r}")
             if cache:
@@ -292,7 +294,7 @@ class Tpch:
         with self.spark_views(source, cache):
             for number in numbers:
                 sql = queries.render(number, self.scale_factor)
-                out[number] = _fastest(lambda sql=sql: self.spark.sql(sql).collect(), repeat)  # type: ignore[misc]
+                out[number] = _fastest(functools.partial(_collect, self.spark, sql), repeat)
                 self.progress(f"  Spark {source} Q{number}: {out[number].seconds:.2f} s")
         return out
 
@@ -362,6 +364,10 @@ def _process_with_argument(argument: str) -> int | None:
                 if argument.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
                     return int(entry.name)
     return None
+
+
+def _collect(spark: SparkSession, sql: str) -> list[Any]:
+    return spark.sql(sql).collect()
 
 
 def _fastest(run: Callable[[], Any], repeat: int) -> QueryRun:
