@@ -47,6 +47,18 @@ class CommitFailedError(StrataError):
     """The commit could not be published (retries exhausted); nothing became visible."""
 
 
+class CommitStateUnknownError(StrataError):
+    """A write whose outcome cannot be known (a lost reply, a timeout, and the read-back failed
+    too): it may or may not have been published. Every file it wrote is kept; read the table
+    again to learn the outcome (a replay with the same commit user and identifier is skipped if
+    it landed), and let orphan-file cleanup remove the files if it did not (Iceberg's
+    CommitStateUnknownException)."""
+
+
+class InvalidNameError(StrataError, ValueError):
+    """A database, table, branch or tag name that breaks a naming rule (the message names it)."""
+
+
 class WriterClosedError(StrataError):
     pass
 
