@@ -163,6 +163,68 @@ def compact(warehouse: str, tables: Sequence[str], full: bool = False) -> list[d
     return results
 
 
+class JudgeSession:
+    """One judge JVM serving many commands (``session``): a request a line on its stdin, an
+    answer a line on its stdout. `warehouse` is a path, or a mapping of catalog options (Paimon's
+    REST catalog: metastore=rest, uri, token, warehouse, s3.*). Not thread-safe: one caller at a
+    time; `send` then `receive` lets the caller work while the JVM runs a command."""
+
+    def __init__(self, warehouse: str | Mapping[str, str]):
+        jar = build()
+        cds = [f"-XX:SharedArchiveFile={cds_archive()}"] if cds_archive().exists() else []
+        self._options: Path | None = None
+        if not isinstance(warehouse, str):  # the options may hold a token: a file only we can read
+            handle, name = tempfile.mkstemp(suffix=".json", prefix="paimon-judge-catalog-")
+            with os.fdopen(handle, "w") as out:
+                json.dump(dict(warehouse), out)
+            self._options = Path(name)
+            warehouse = f"@{name}"
+        self.proc = subprocess.Popen([java_binary(), *JVM_FLAGS, *cds, "-jar", str(jar), "session", warehouse],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, bufsize=1)
+
+    def send(self, command: str, **arguments: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"command": command, **arguments}) + "\n")
+        self.proc.stdin.flush()
+
+    def receive(self) -> Any:
+        """The answer to the oldest request not yet received; JudgeError with Paimon's exception."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise JudgeError(f"paimon-judge session ended (exit code {self.proc.poll()})")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise JudgeError(answer["error"])
+        return answer["ok"]
+
+    def call(self, command: str, **arguments: Any) -> Any:
+        self.send(command, **arguments)
+        return self.receive()
+
+    def catalog(self, op: str, **arguments: Any) -> Any:
+        """One of the catalog's own operations (the judge's CatalogOps)."""
+        return self.call("catalog", op=op, **arguments)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self._options is not None:
+            self._options.unlink(missing_ok=True)
+
+    def __enter__(self) -> JudgeSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 @contextlib.contextmanager
 def _json_file(value: Any) -> Iterator[str]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="paimon-judge-") as handle:

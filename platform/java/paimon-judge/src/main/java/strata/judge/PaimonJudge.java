@@ -88,7 +88,13 @@ import org.apache.paimon.types.TimestampType;
  *                                   --keep-going: a table that fails is {"error": ...}, the rest go on
  *   compact   WAREHOUSE DB.TABLE... [--full]          one COMPACT commit per table
  *   selftest  WAREHOUSE
+ *   session   WAREHOUSE   one JSON request a line on stdin, one JSON answer a line on stdout (see
+ *                         {@link #session}): many commands in one JVM
  * </pre>
+ *
+ * WAREHOUSE is a warehouse path (a filesystem catalog), or {@code @FILE.json}: a JSON object of
+ * catalog options, e.g. Paimon's REST catalog {"metastore": "rest", "uri": ..., "token": ...,
+ * "warehouse": ..., "s3.endpoint": ...}.
  *
  * Values in JSON, both ways: integers and floating point as numbers (FLOAT widened exactly to a
  * double), BOOLEAN as true/false, DECIMAL as a plain string with the column's scale ("-1.50"),
@@ -113,6 +119,7 @@ public final class PaimonJudge {
     public static void main(String[] args) {
         // Only our answer goes to stdout: anything a library prints there is moved to stderr.
         PrintStream answer = System.out;
+        SESSION_OUT = answer;
         System.setOut(System.err);
         int code = 0;
         try {
@@ -132,9 +139,9 @@ public final class PaimonJudge {
 
     private static JsonNode run(String[] args) throws Exception {
         String command = args.length > 0 ? args[0] : "";
-        if (args.length < (command.equals("selftest") ? 2 : 3)) {
+        if (args.length < (command.equals("selftest") || command.equals("session") ? 2 : 3)) {
             throw new IllegalArgumentException("usage: read|read-many|write|compact WAREHOUSE ARG "
-                    + "[--snapshot N] [--option K=V] [--full], or selftest WAREHOUSE");
+                    + "[--snapshot N] [--option K=V] [--full], or selftest|session WAREHOUSE");
         }
         Path scratch = Files.createTempDirectory("paimon-judge-");
         try (Catalog catalog = catalog(args[1])) {
@@ -153,6 +160,8 @@ public final class PaimonJudge {
                         return compact(catalog, io, positional(args), List.of(args).contains("--full"));
                     case "selftest":
                         return selftest(catalog, io);
+                    case "session":
+                        return session(catalog, io);
                     default:
                         throw new IllegalArgumentException("unknown command " + command);
                 }
@@ -164,9 +173,14 @@ public final class PaimonJudge {
         }
     }
 
-    private static Catalog catalog(String warehouse) {
+    private static Catalog catalog(String warehouse) throws Exception {
         Map<String, String> options = new HashMap<>();
-        options.put("warehouse", warehouse);
+        if (warehouse.startsWith("@")) {
+            JSON.readTree(new File(warehouse.substring(1))).fields()
+                    .forEachRemaining(e -> options.put(e.getKey(), e.getValue().asText()));
+        } else {
+            options.put("warehouse", warehouse);
+        }
         // One JVM may write a table and then read it: never serve a stale cached table.
         options.put("cache-enabled", "false");
         return CatalogFactory.createCatalog(CatalogContext.create(Options.fromMap(options)));
@@ -467,7 +481,7 @@ public final class PaimonJudge {
         }
     }
 
-    private static List<SchemaChange> schemaChanges(JsonNode changes) {
+    static List<SchemaChange> schemaChanges(JsonNode changes) {
         List<SchemaChange> out = new ArrayList<>();
         for (JsonNode change : changes) {
             if (change.has("add_column")) {
@@ -659,6 +673,64 @@ public final class PaimonJudge {
         }
         return tasks.size();
     }
+
+    // -- session -------------------------------------------------------------------------------
+
+    /**
+     * Many commands in one JVM: each stdin line is a request, answered by one stdout line, {"ok":
+     * result} or {"error": "Exception: message | caused by ..."} (a failed request does not end the
+     * session). End of input ends it. Requests: {"command": "write", "spec": ..., "keep_going": b},
+     * {"command": "read", "table", "snapshot"?, "options"?, "row_kind"?}, {"command": "read-many",
+     * "jobs": [...]}, {"command": "compact", "tables": [...], "full": b}, and the catalog's own
+     * operations (see {@link CatalogOps}): {"command": "catalog", "op": NAME, ...arguments}.
+     */
+    private static JsonNode session(Catalog catalog, IOManager io) throws Exception {
+        java.io.BufferedReader in = new java.io.BufferedReader(
+                new java.io.InputStreamReader(System.in, java.nio.charset.StandardCharsets.UTF_8));
+        PrintStream out = SESSION_OUT;
+        int served = 0;
+        for (String line = in.readLine(); line != null; line = in.readLine()) {
+            if (line.isBlank()) {
+                continue;
+            }
+            ObjectNode answer = NODES.objectNode();
+            try {
+                answer.set("ok", serve(catalog, io, JSON.readTree(line)));
+            } catch (Throwable t) {
+                answer.put("error", describe(t));
+            }
+            out.println(JSON.writeValueAsString(answer));
+            out.flush();
+            served++;
+        }
+        return NODES.objectNode().put("served", served);
+    }
+
+    private static JsonNode serve(Catalog catalog, IOManager io, JsonNode request) throws Exception {
+        String command = request.path("command").asText();
+        switch (command) {
+            case "write":
+                return write(catalog, io, request.get("spec"), request.path("keep_going").asBoolean(false));
+            case "read": {
+                Map<String, String> options = new LinkedHashMap<>();
+                request.path("options").fields().forEachRemaining(e -> options.put(e.getKey(), e.getValue().asText()));
+                String snapshot = request.hasNonNull("snapshot") ? request.get("snapshot").asText() : null;
+                return read(catalog, request.get("table").asText(), snapshot, options,
+                        request.path("row_kind").asBoolean(false));
+            }
+            case "read-many":
+                return readMany(catalog, request.get("jobs"));
+            case "compact":
+                return compact(catalog, io, strings(request.get("tables")), request.path("full").asBoolean(false));
+            case "catalog":
+                return CatalogOps.run(catalog, request);
+            default:
+                throw new IllegalArgumentException("unknown session command " + command);
+        }
+    }
+
+    /** stdout as it was before main moved System.out to stderr: the session's answers. */
+    private static PrintStream SESSION_OUT = System.out;
 
     // -- selftest ------------------------------------------------------------------------------
 

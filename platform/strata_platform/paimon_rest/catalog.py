@@ -1,0 +1,539 @@
+"""The answers of Paimon's REST catalog API over a Strata catalog, without HTTP.
+
+Requests and responses are the JSON objects of Paimon's OpenAPI spec (``rest-catalog-open-api.yaml``)
+as the Java client (``RESTApi``) and pypaimon send and read them. Errors are `RestError`s in the
+spec's ``ErrorResponse`` shape: the client maps 404 to its not-exists exceptions by
+``resourceType`` (DATABASE, TABLE, SNAPSHOT, BRANCH, TAG, COLUMN), 409 to already-exists, 400 to
+IllegalArgumentException.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from strata.catalog import Catalog, Identifier
+from strata.errors import (
+    CorruptMetadataError,
+    DatabaseNotEmptyError,
+    DatabaseNotFoundError,
+    InvalidNameError,
+    OptionError,
+    SchemaMismatchError,
+    SnapshotNotFoundError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+)
+from strata.schema.evolution import SchemaChangeError
+from strata.schema.table_schema import TableSchema
+from strata.schema.types import DataField
+from strata.snapshot.snapshot import Snapshot
+from strata.table.table import Table
+from strata_platform.paimon_rest import changes as schema_changes
+from strata_platform.paimon_rest.relocate import rename_table
+
+log = logging.getLogger("strata.paimon_rest")
+
+DATABASE, TABLE, SNAPSHOT, BRANCH, TAG, COLUMN = "DATABASE", "TABLE", "SNAPSHOT", "BRANCH", "TAG", "COLUMN"
+ICEBERG_STORAGE = "metadata.iceberg.storage"
+# A manifest list a committed snapshot names: a file of the table's manifest/ directory.
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class RestError(Exception):
+    """An answer in the spec's ErrorResponse model."""
+
+    def __init__(self, code: int, message: str, resource_type: str | None = None,
+                 resource_name: str | None = None):
+        super().__init__(message)
+        self.code, self.message = code, message
+        self.resource_type, self.resource_name = resource_type, resource_name
+
+    def body(self) -> dict[str, Any]:
+        return {"message": self.message, "resourceType": self.resource_type,
+                "resourceName": self.resource_name, "code": self.code}
+
+
+def bad_request(message: str) -> RestError:
+    return RestError(400, message)
+
+
+def not_found(kind: str, name: str, message: str | None = None) -> RestError:
+    return RestError(404, message or f"{kind.lower()} {name} does not exist", kind, name)
+
+
+def already_exists(kind: str, name: str) -> RestError:
+    return RestError(409, f"{kind.lower()} {name} already exists", kind, name)
+
+
+def _names() -> Any:
+    """strata.names, imported when first needed (the module is newer than this service)."""
+    import strata.names
+
+    return strata.names
+
+
+@contextmanager
+def client_errors(kind: str, name: str) -> Iterator[None]:
+    """Strata's refusals as the answers clients map: invalid input 400, absent 404, taken 409."""
+    try:
+        yield
+    except InvalidNameError as exc:
+        raise bad_request(str(exc)) from None
+    except DatabaseNotFoundError as exc:
+        raise not_found(DATABASE, name.split(".", maxsplit=1)[0], str(exc)) from None
+    except TableNotFoundError as exc:
+        raise not_found(TABLE, name, str(exc)) from None
+    except TableAlreadyExistsError:
+        raise already_exists(kind, name) from None
+    except DatabaseNotEmptyError as exc:
+        raise RestError(409, str(exc), DATABASE, name) from None
+    except (SchemaChangeError, SchemaMismatchError, OptionError, ValueError) as exc:
+        raise bad_request(f"{type(exc).__name__}: {exc}") from None
+
+
+def body_object(body: Any, what: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise bad_request(f"{what}: the request body must be a JSON object")
+    return body
+
+
+def string_map(value: Any, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise bad_request(f"{what} must be an object of strings")
+    return dict(value)
+
+
+def string_list(value: Any, what: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise bad_request(f"{what} must be a list of strings")
+    return list(value)
+
+
+class PaimonRestCatalog:
+    """Paimon REST answers over `catalog` (a Strata catalog: JDBC on PostgreSQL in the stack).
+
+    `prefix` is the warehouse name clients pass as ``warehouse`` (their request paths carry it);
+    `defaults` are catalog options handed to clients in the config answer; `token_options`, when
+    given, are the object-store options the data token endpoint vends (see the package docs)."""
+
+    def __init__(self, catalog: Catalog, prefix: str = "strata", defaults: Mapping[str, str] | None = None,
+                 token_options: Mapping[str, str] | None = None, token_seconds: int = 7200,
+                 after_commit: Callable[[Table], None] | None = None):
+        self.catalog = catalog
+        self.prefix = prefix
+        self.defaults = dict(defaults or {})
+        self.token_options = dict(token_options) if token_options else None
+        self.token_seconds = token_seconds
+        self.after_commit = after_commit or mirror_after_commit
+
+    # -- config ---------------------------------------------------------------------------------------
+    def config(self, warehouse: str | None) -> dict[str, Any]:
+        if warehouse and warehouse not in (self.prefix, getattr(self.catalog, "warehouse", None)):
+            raise not_found("WAREHOUSE", warehouse, f"warehouse {warehouse!r} is not served here "
+                                                    f"(this catalog serves {self.prefix!r})")
+        defaults = {**self.defaults, "prefix": self.prefix}
+        if self.token_options is not None:
+            defaults["data-token.enabled"] = "true"
+        return {"defaults": defaults, "overrides": {"prefix": self.prefix}}
+
+    # -- databases ------------------------------------------------------------------------------------
+    def list_databases(self, pattern: str | None = None) -> dict[str, Any]:
+        names = [n for n in self.catalog.list_databases() if matches(n, pattern)]
+        return {"databases": names, "nextPageToken": None}
+
+    def create_database(self, body: Any) -> None:
+        request = body_object(body, "create database")
+        name = request.get("name")
+        with client_errors(DATABASE, str(name)):
+            _names().check_database_name(name)
+            properties = string_map(request.get("options"), "options")
+            if properties:
+                self.catalog.create_database(name, properties=properties)
+            else:
+                self.catalog.create_database(name)
+
+    def database(self, name: str) -> str:
+        with client_errors(DATABASE, name):
+            _names().check_database_name(name)
+        if not self.catalog._database_exists(name):
+            raise not_found(DATABASE, name)
+        return name
+
+    def get_database(self, name: str) -> dict[str, Any]:
+        self.database(name)
+        properties = getattr(self.catalog, "database_properties", None)
+        options = dict(properties(name)) if callable(properties) else {}
+        location = options.pop("location", None) or self._database_location(name)
+        return {"id": name, "name": name, "location": location, "options": options}
+
+    def _database_location(self, name: str) -> str:
+        path = getattr(self.catalog, "database_path", None)
+        return str(path(name)) if callable(path) else ""
+
+    def alter_database(self, name: str, body: Any) -> dict[str, Any]:
+        self.database(name)
+        request = body_object(body, "alter database")
+        removals = string_list(request.get("removals"), "removals")
+        updates = string_map(request.get("updates"), "updates")
+        if "location" in updates or "location" in removals:
+            raise bad_request("a database's location cannot be changed")
+        from strata_platform.paimon_rest.relocate import alter_database_properties
+
+        with client_errors(DATABASE, name):
+            missing = alter_database_properties(self.catalog, name, updates, removals)
+        return {"removed": [k for k in removals if k not in missing], "updated": list(updates), "missing": missing}
+
+    def drop_database(self, name: str) -> None:
+        self.database(name)
+        with client_errors(DATABASE, name):
+            self.catalog.drop_database(name, cascade=True)  # the client checks emptiness unless cascading
+
+    # -- tables ---------------------------------------------------------------------------------------
+    def list_tables(self, database: str, pattern: str | None = None) -> dict[str, Any]:
+        self.database(database)
+        with client_errors(DATABASE, database):
+            names = [n for n in self.catalog.list_tables(database) if matches(n, pattern)]
+        return {"tables": names, "nextPageToken": None}
+
+    def list_table_details(self, database: str, pattern: str | None = None) -> dict[str, Any]:
+        names = self.list_tables(database, pattern)["tables"]
+        details = []
+        for name in names:
+            try:
+                details.append(self.get_table(database, name))
+            except RestError as exc:
+                if exc.code != 404:  # dropped meanwhile
+                    raise
+        return {"tableDetails": details, "nextPageToken": None}
+
+    def table(self, database: str, name: str) -> Table:
+        """The table (or a branch of it: ``t$branch_b1``); 400 for a malformed name, 404 if absent."""
+        self.database(database)
+        with client_errors(TABLE, f"{database}.{name}"):
+            _names().check_object_name(name)
+            return self.catalog.get_table(Identifier(database, name))
+
+    def get_table(self, database: str, name: str) -> dict[str, Any]:
+        table = self.table(database, name)
+        if not isinstance(table, Table):
+            raise bad_request(f"{database}.{name} is a system table: clients load system tables themselves")
+        return table_response(table, name)
+
+    def create_table(self, database: str, body: Any) -> None:
+        request = body_object(body, "create table")
+        identifier = body_object(request.get("identifier"), "create table: identifier")
+        schema = body_object(request.get("schema"), "create table: schema")
+        name = identifier.get("object") or identifier.get("table")
+        if identifier.get("database", database) != database:
+            raise bad_request(f"create table: identifier database {identifier.get('database')!r} is not "
+                              f"the database of the path {database!r}")
+        self.database(database)
+        full = f"{database}.{name}"
+        with client_errors(TABLE, full):
+            _names().check_table_name(name)
+            table_schema = schema_from_request(schema, full)
+            self.catalog.create_table(Identifier(database, name), table_schema)
+
+    def alter_table(self, database: str, name: str, body: Any) -> None:
+        request = body_object(body, "alter table")
+        table = self.table(database, name)
+        raw = request.get("changes")
+        if not isinstance(raw, list):
+            raise bad_request("alter table: 'changes' must be a list of schema changes")
+        full = f"{database}.{name}"
+        with client_errors(TABLE, full):
+            changes = [schema_changes.parse(change) for change in raw]
+            self.catalog.alter_table(table.identifier if "$" not in name else Identifier(database, name), changes)
+
+    def drop_table(self, database: str, name: str) -> None:
+        self.table(database, name)
+        with client_errors(TABLE, f"{database}.{name}"):
+            _names().check_table_name(name)  # a branch is dropped through its own endpoint
+            self.catalog.drop_table(Identifier(database, name))
+
+    def rename_table(self, body: Any) -> None:
+        request = body_object(body, "rename table")
+        source = identifier_of(request.get("source"), "source")
+        target = identifier_of(request.get("destination"), "destination")
+        table = self.table(source.database, source.table)
+        self.database(target.database)
+        with client_errors(TABLE, str(target)):
+            _names().check_table_name(source.table)
+            _names().check_table_name(target.table)
+            if self.catalog.table_exists(target):
+                raise TableAlreadyExistsError(f"table {target} already exists")
+            rename_table(self.catalog, table, target)
+
+    def table_token(self, database: str, name: str) -> dict[str, Any]:
+        self.table(database, name)
+        if self.token_options is None:
+            raise RestError(501, "this catalog does not vend data tokens: give the client its own s3.* options")
+        return {"token": dict(self.token_options),
+                "expiresAtMillis": int(time.time() * 1000) + self.token_seconds * 1000}
+
+    # -- snapshots ------------------------------------------------------------------------------------
+    def latest_snapshot(self, database: str, name: str) -> dict[str, Any]:
+        table = self.table(database, name)
+        latest = table.snapshot_manager.latest()
+        if latest is None:
+            raise not_found(SNAPSHOT, f"{database}.{name}", f"table {database}.{name} has no snapshot yet")
+        return {"snapshot": table_snapshot(table, latest)}
+
+    def snapshot(self, database: str, name: str, version: str) -> dict[str, Any]:
+        table = self.table(database, name)
+        try:
+            if version.isdigit():
+                found = table.snapshot_manager.snapshot(int(version))
+            elif version.upper() == "LATEST":
+                found = table.snapshot_manager.latest()
+            else:
+                found = table.tags.get(version) if table.tags.exists(version) else None
+        except SnapshotNotFoundError:
+            found = None
+        if found is None:
+            raise not_found(SNAPSHOT, version, f"table {database}.{name} has no snapshot {version}")
+        return {"snapshot": json.loads(found.to_json())}
+
+    def commit(self, database: str, name: str, body: Any) -> dict[str, Any]:
+        """Publish a client's snapshot under Strata's protocol for the table (conditional PUT or
+        the JDBC lock: ``Table.snapshot_publisher``). ``success: false`` when its id is taken or
+        its parent moved: the client then retries on the new latest snapshot, as after losing a
+        race for the snapshot file."""
+        request = body_object(body, "commit")
+        table = self.table(database, name)
+        if request.get("tableId") not in (None, table_id(table)):
+            raise not_found(TABLE, f"{database}.{name}", f"table {database}.{name} is not the table the "
+                            f"commit was written for (id {request.get('tableId')!r}): it was dropped or re-created")
+        snapshot = self._client_snapshot(table, request.get("snapshot"))
+        published = publish(table, snapshot)
+        if published and is_main(table):
+            self.after_commit(table)
+        log.info("commit %s.%s snapshot %d: %s", database, name, snapshot.id,
+                 "published" if published else "id taken, client retries")
+        return {"success": published}
+
+    @staticmethod
+    def _client_snapshot(table: Table, raw: Any) -> Snapshot:
+        """The snapshot a client sent, if it can be published: ids and the files it names checked
+        first, so a malformed commit writes nothing."""
+        if not isinstance(raw, dict):
+            raise bad_request("commit: 'snapshot' must be a snapshot object")
+        try:
+            snapshot = Snapshot.from_json(json.dumps(raw), where="the commit's snapshot")
+        except CorruptMetadataError as exc:
+            raise bad_request(str(exc)) from None
+        if not isinstance(snapshot.id, int) or isinstance(snapshot.id, bool) or snapshot.id < 1:
+            raise bad_request(f"commit: snapshot id must be a positive integer, got {raw.get('id')!r}")
+        if not isinstance(snapshot.schema_id, int) or snapshot.schema_id < 0:
+            raise bad_request(f"commit: schemaId must be a non-negative integer, got {raw.get('schemaId')!r}")
+        try:
+            table.schema_manager.schema(snapshot.schema_id)
+        except (FileNotFoundError, KeyError, CorruptMetadataError, ValueError):
+            raise bad_request(f"commit: table {table.identifier} has no schema {snapshot.schema_id}") from None
+        names = [snapshot.base_manifest_list, snapshot.delta_manifest_list, snapshot.changelog_manifest_list,
+                 snapshot.index_manifest]
+        for file_name in (n for n in names if n is not None):
+            if not isinstance(file_name, str) or not _FILE_NAME.match(file_name):
+                raise bad_request(f"commit: {file_name!r} is not a manifest file name")
+            path = table.manifest_store.path(file_name)
+            try:
+                table.file_io.file_size(path)
+            except FileNotFoundError:
+                raise bad_request(f"commit: manifest file {file_name} does not exist in the table "
+                                  f"{table.identifier}; write the manifests before committing") from None
+        return snapshot
+
+    # -- partitions -----------------------------------------------------------------------------------
+    def list_partitions(self, database: str, name: str, pattern: str | None = None) -> dict[str, Any]:
+        table = self.table(database, name)
+        partitions = [p for p in partition_statistics(table)
+                      if matches("/".join(f"{k}={v}" for k, v in p["spec"].items()), pattern)]
+        return {"partitions": partitions, "nextPageToken": None}
+
+    # -- branches -------------------------------------------------------------------------------------
+    def list_branches(self, database: str, name: str) -> dict[str, Any]:
+        return {"branches": self.table(database, name).list_branches()}
+
+    def create_branch(self, database: str, name: str, body: Any) -> None:
+        request = body_object(body, "create branch")
+        table = self.table(database, name)
+        branch, tag = request.get("branch"), request.get("fromTag")
+        with client_errors(BRANCH, str(branch)):
+            branch = str(_names().check_branch_name(branch))
+            if tag is not None:
+                tag = str(_names().check_tag_name(tag))
+        if branch in table.list_branches():
+            raise already_exists(BRANCH, branch)
+        if tag is not None and not table.tags.exists(tag):
+            raise not_found(TAG, tag, f"table {database}.{name} has no tag {tag}")
+        with client_errors(BRANCH, branch):
+            table.create_branch(branch, from_tag=tag)
+
+    def drop_branch(self, database: str, name: str, branch: str) -> None:
+        table = self.table(database, name)
+        if branch not in table.list_branches():
+            raise not_found(BRANCH, branch, f"table {database}.{name} has no branch {branch}")
+        table.delete_branch(branch)
+
+    def forward_branch(self, database: str, name: str, branch: str) -> None:
+        table = self.table(database, name)
+        if branch not in table.list_branches():
+            raise not_found(BRANCH, branch, f"table {database}.{name} has no branch {branch}")
+        table.fast_forward(branch)
+        self.after_commit(table)
+
+    # -- health ---------------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "databases": len(self.catalog.list_databases())}
+
+
+# -- conversions --------------------------------------------------------------------------------------
+def matches(name: str, pattern: str | None) -> bool:
+    """Paimon's name patterns: SQL LIKE with ``%`` (any run) and ``_`` (one character)."""
+    if not pattern:
+        return True
+    regex = "".join(".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in pattern)
+    return re.fullmatch(regex, name) is not None
+
+
+def identifier_of(value: Any, what: str) -> Identifier:
+    obj = body_object(value, f"rename table: {what}")
+    database, table = obj.get("database"), obj.get("object") or obj.get("table")
+    if not isinstance(database, str) or not isinstance(table, str):
+        raise bad_request(f"rename table: {what} needs 'database' and 'object'")
+    return Identifier(database, table)
+
+
+def table_id(table: Table) -> str:
+    """A table's id: stable while it exists, new when a table of the same name is created again
+    (derived from its path and the creation time in schema-0)."""
+    created = table.schema_manager.schema(0).time_millis if table.schema.id else table.schema.time_millis
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{table.path}#{created}"))
+
+
+def is_main(table: Table) -> bool:
+    from strata.snapshot.branches import is_main as main_branch
+
+    return main_branch(table.branch)
+
+
+def client_options(table: Table) -> dict[str, str]:
+    """The options clients see: the table's own, but with the Iceberg mirror off. The server runs
+    Strata's mirror after each commit; a client's own Iceberg callback would write a second,
+    conflicting copy of the same metadata."""
+    options = dict(table.schema.options)
+    if options.get(ICEBERG_STORAGE, "disabled") != "disabled":
+        options[ICEBERG_STORAGE] = "disabled"
+    return options
+
+
+def table_response(table: Table, name: str) -> dict[str, Any]:
+    schema = table.schema
+    body: dict[str, Any] = {
+        "fields": [f.to_json() for f in schema.fields], "partitionKeys": schema.partition_keys,
+        "primaryKeys": schema.primary_keys, "options": client_options(table),
+    }
+    if schema.comment is not None:
+        body["comment"] = schema.comment
+    return {"id": table_id(table), "name": name, "path": table.path, "isExternal": False,
+            "schemaId": schema.id, "schema": body}
+
+
+def schema_from_request(schema: dict[str, Any], where: str) -> TableSchema:
+    fields = schema.get("fields")
+    if not isinstance(fields, list) or not fields:
+        raise bad_request(f"create table {where}: schema needs a non-empty 'fields' list")
+    try:
+        parsed = [DataField.from_json(f) for f in fields]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise bad_request(f"create table {where}: malformed field: {type(exc).__name__}: {exc}") from None
+    options = string_map(schema.get("options"), "schema options")
+    options.pop("path", None)  # where a table lives is the catalog's to decide
+    comment = schema.get("comment")
+    return TableSchema(id=0, fields=parsed, partition_keys=string_list(schema.get("partitionKeys"), "partitionKeys"),
+                       primary_keys=string_list(schema.get("primaryKeys"), "primaryKeys"), options=options,
+                       comment=comment if isinstance(comment, str) else None)
+
+
+def table_snapshot(table: Table, snapshot: Snapshot) -> dict[str, Any]:
+    """Paimon's TableSnapshot: the snapshot with its record and file counts (from the manifest
+    lists' entry counts: no manifest is read)."""
+    store = table.manifest_store
+    metas = store.read_manifest_list(snapshot.base_manifest_list) + store.read_manifest_list(
+        snapshot.delta_manifest_list)
+    files = sum(m.num_added_files - m.num_deleted_files for m in metas)
+    return {"snapshot": json.loads(snapshot.to_json()), "recordCount": snapshot.total_record_count,
+            "fileSizeInBytes": 0, "fileCount": files, "lastFileCreationTime": snapshot.time_millis}
+
+
+def partition_statistics(table: Table) -> list[dict[str, Any]]:
+    """Paimon's Partition objects of the live files of the latest snapshot."""
+    from collections import defaultdict
+
+    from strata.format import binary_row
+    from strata.table.system_tables import java_string
+
+    scan = table.new_scan()
+    snapshot = scan.snapshot()
+    if snapshot is None or not table.schema.partition_keys:
+        return []
+    fields = table.schema.partition_fields()
+    types = [f.type.to_arrow() for f in fields]
+    default_name = str(table.core.get("partition.default-name"))
+    grouped: dict[bytes, list[Any]] = defaultdict(list)
+    for entry in scan.plan_entries(snapshot):
+        grouped[entry.partition].append(entry.file)
+    partitions = []
+    for partition, files in grouped.items():
+        values = binary_row.deserialize(partition, types)
+        spec = {f.name: default_name if v is None else java_string(v, f.type)
+                for f, v in zip(fields, values, strict=True)}
+        created = [f.creation_time for f in files if f.creation_time is not None]
+        partitions.append({"spec": spec, "recordCount": sum(f.row_count for f in files),
+                           "fileSizeInBytes": sum(f.file_size for f in files), "fileCount": len(files),
+                           "lastFileCreationTime": max(created) if created else 0, "done": False})
+    return sorted(partitions, key=lambda p: sorted(p["spec"].items()))
+
+
+def publish(table: Table, snapshot: Snapshot) -> bool:
+    """Publish `snapshot` as the table's next one under the table's own protocol; False when its
+    id is not the next one or was taken meanwhile (or a fast-forward replaced its parent)."""
+    manager = table.snapshot_manager
+    latest = manager.latest()
+    if snapshot.id != (latest.id + 1 if latest else 1):
+        return False
+    manager.expected_parent = latest
+    publisher = table.snapshot_publisher() or (lambda m, s: m.publish(s))
+    try:
+        return publisher(manager, snapshot)
+    except OSError:
+        # the outcome is unknown: read back what landed; if that fails too, the client must not
+        # clean up (a 500 makes Paimon's committer keep its files)
+        landed = manager.snapshot(snapshot.id)
+        if landed.same_commit(snapshot):
+            manager.commit_hints(snapshot.id)
+            return True
+        return False
+
+
+def mirror_after_commit(table: Table) -> None:
+    """Strata's Iceberg mirror of the new snapshot (``metadata.iceberg.storage``); a failure there
+    is reported by the mirror itself and never fails the commit."""
+    from strata.iceberg import sync_after_commit
+
+    fresh = table.catalog.get_table(table.identifier) if table.catalog is not None else table
+    try:
+        sync_after_commit(fresh)
+    except Exception:  # the commit is durable: report, do not fail it
+        log.exception("Iceberg mirror of %s after a REST commit failed", table.identifier)
