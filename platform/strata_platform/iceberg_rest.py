@@ -15,7 +15,10 @@ Endpoints (HTTP, JSON; errors in the spec's error model ``{"error": {"message", 
 ``HEAD /v1/namespaces/{namespace}``                      204 / 404
 ``GET  /v1/namespaces/{namespace}/tables[?pageToken=]``  tables with Iceberg metadata
 ``GET  /v1/namespaces/{namespace}/tables/{table}[?snapshots=all|refs]``
-                                                         ``metadata-location``, ``metadata``, ``config``
+                                                         ``metadata-location``, ``metadata``, ``config``;
+                                                         404 NoSuchTableException, also when the
+                                                         namespace does not exist (as Iceberg's
+                                                         reference catalogs: Trino's TABLE_NOT_FOUND)
 ``HEAD /v1/namespaces/{namespace}/tables/{table}``       204 / 404 (NoSuchTableException)
 ``GET  /v1/namespaces/{namespace}/views``                always empty (Strata has no views)
 ``GET|HEAD /v1/namespaces/{namespace}/views/{view}``     404 NoSuchViewException
@@ -23,8 +26,10 @@ Endpoints (HTTP, JSON; errors in the spec's error model ``{"error": {"message", 
 ``GET  /metrics``                                        Prometheus metrics
 
 Writes to any of these paths answer 406 UnsupportedOperationException (the catalog is read-only);
-a path that is none of them, or a malformed one, 400 BadRequestException. An unexpected failure
-answers 500 with the exception's class only; the trace goes to the server's log.
+a path that is none of them, or a malformed one, 400 BadRequestException, as is a namespace or
+table name that breaks a naming rule (``strata.names``; checked before anything is looked up).
+An unexpected failure answers 500 with the exception's class only; the trace goes to the server's
+log.
 
 Configuration (environment; flags win): ``STRATA_WAREHOUSE`` (``--warehouse``),
 ``STRATA_CATALOG_OPTIONS``, ``STRATA_JDBC_URI`` / ``_USER`` / ``_PASSWORD`` (the JDBC catalog) and
@@ -61,10 +66,11 @@ from urllib.parse import parse_qs, unquote_plus, urlsplit
 import prometheus_client as prom
 
 from strata.catalog import Catalog, Identifier
-from strata.errors import DatabaseNotFoundError, TableNotFoundError
+from strata.errors import DatabaseNotFoundError, InvalidNameError, TableNotFoundError
 from strata.fs.file_io import FileIO
 from strata.iceberg import latest_metadata_location
 from strata.iceberg.sync import VERSION_HINT
+from strata.names import check_database_name, check_object_name
 from strata.table.table import Table
 
 log = logging.getLogger("strata.iceberg_rest")
@@ -100,6 +106,15 @@ def no_such_namespace(name: str) -> RestError:
 
 def no_such_table(namespace: str, table: str) -> RestError:
     return RestError(404, "NoSuchTableException", f"Table does not exist: {namespace}.{table}")
+
+
+def valid_name(check: Callable[[str], str], name: str) -> str:
+    """`name` if it passes `check` (``strata.names``), else 400: a malformed name never reaches
+    the catalog, let alone a file system."""
+    try:
+        return check(name)
+    except InvalidNameError as exc:
+        raise bad_request(str(exc)) from None
 
 
 # -- the catalog, without HTTP ----------------------------------------------------------------------
@@ -148,9 +163,12 @@ class IcebergRestCatalog:
         return {"namespaces": [[name] for name in self.catalog.list_databases()], "next-page-token": None}
 
     def database(self, namespace: str) -> str:
-        """The database a namespace names; 404 unless it is one level and exists."""
+        """The database a namespace names; 400 for a malformed name, 404 unless it is one level
+        and exists."""
         if time.monotonic() - self._namespaces.get(namespace, -math.inf) < self.location_ttl:
             return namespace
+        if NAMESPACE_SEPARATOR not in namespace:
+            valid_name(check_database_name, namespace)
         if NAMESPACE_SEPARATOR in namespace or not self.catalog._database_exists(namespace):
             self._namespaces.pop(namespace, None)
             raise no_such_namespace(namespace.replace(NAMESPACE_SEPARATOR, "."))
@@ -176,6 +194,18 @@ class IcebergRestCatalog:
                        if self._metadata_location(database, name)[1] is not None]
         return {"identifiers": identifiers, "next-page-token": None}
 
+    def table_database(self, namespace: str, name: str) -> str:
+        """The database of a table the client names; 400 for a malformed name, and 404
+        NoSuchTableException when the namespace does not exist either, as Iceberg's reference
+        catalogs answer a table load (Trino maps it to TABLE_NOT_FOUND)."""
+        valid_name(check_object_name, name)
+        try:
+            return self.database(namespace)
+        except RestError as exc:
+            if exc.kind != "NoSuchNamespaceException":
+                raise
+            raise no_such_table(namespace.replace(NAMESPACE_SEPARATOR, "."), name) from None
+
     def load_table(self, namespace: str, name: str, snapshots: str = "all") -> dict[str, Any]:
         if snapshots not in ("all", "refs"):
             raise bad_request(f"snapshots must be 'all' or 'refs', got {snapshots!r}")
@@ -184,7 +214,7 @@ class IcebergRestCatalog:
             current = self._read_current(known)
             if current is not None:
                 return self._table_answer(*current, snapshots)
-        database = self.database(namespace)
+        database = self.table_database(namespace, name)
         for _ in range(3):  # a commit may move version-hint.text past a file being read: read again
             table, location = self._metadata_location(database, name)
             if table is None or location is None:
@@ -217,7 +247,7 @@ class IcebergRestCatalog:
         return {"metadata-location": as_uri(location), "metadata": metadata, "config": dict(self.client_config)}
 
     def table_exists(self, namespace: str, name: str) -> None:
-        database = self.database(namespace)
+        database = self.table_database(namespace, name)
         if self._metadata_location(database, name)[1] is None:
             raise no_such_table(database, name)
 
@@ -239,8 +269,11 @@ class IcebergRestCatalog:
         return {"identifiers": [], "next-page-token": None}
 
     def load_view(self, namespace: str, name: str) -> dict[str, Any]:
-        database = self.database(namespace)
-        raise RestError(404, "NoSuchViewException", f"View does not exist: {database}.{name}")
+        valid_name(check_object_name, name)  # Strata has no views: none exists, in any namespace
+        if NAMESPACE_SEPARATOR not in namespace:
+            valid_name(check_database_name, namespace)
+        raise RestError(404, "NoSuchViewException",
+                        f"View does not exist: {namespace.replace(NAMESPACE_SEPARATOR, '.')}.{name}")
 
     # -- health --------------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -431,6 +464,8 @@ class RestHandler(BaseHTTPRequestHandler):
                     return
                 payload = route.handler(self.server.rest, parts, query)
                 status = self._send_json(200, payload, method)
+            except InvalidNameError as exc:  # a name the catalog itself refused
+                status = self._send_json(400, bad_request(str(exc)).body(), method)
             except RestError as exc:
                 status = self._send_json(exc.code, exc.body(), method)
         except (BrokenPipeError, ConnectionResetError):  # the client left before the answer

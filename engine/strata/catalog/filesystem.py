@@ -14,6 +14,7 @@ from strata.errors import (
     TableNotFoundError,
 )
 from strata.fs import FileIO, file_io_for
+from strata.names import check_database_name, path_under
 from strata.schema.schema_manager import SchemaManager
 from strata.schema.table_schema import TableSchema
 from strata.table.table import Table
@@ -29,10 +30,12 @@ class FileSystemCatalog(Catalog):
         self.file_io = file_io or file_io_for(self.warehouse, self.options)
 
     def database_path(self, name: str) -> str:
-        return f"{self.warehouse}/{name}{DB_SUFFIX}"
+        """``<warehouse>/<name>.db``; a name that breaks a naming rule, or a path that would leave
+        the warehouse, raises InvalidNameError (every database method comes through here)."""
+        return path_under(self.warehouse, f"{check_database_name(name)}{DB_SUFFIX}")
 
     def table_path(self, ident: Identifier) -> str:
-        return f"{self.database_path(ident.database)}/{ident.table}"
+        return path_under(self.database_path(ident.database), ident.table)
 
     # -- databases ---------------------------------------------------------------------
     def create_database(self, name: str, ignore_if_exists: bool = False) -> None:

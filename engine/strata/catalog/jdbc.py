@@ -47,6 +47,7 @@ from strata.errors import (
     TableNotFoundError,
 )
 from strata.fs import FileIO, file_io_for
+from strata.names import check_database_name, path_under, require_under
 from strata.schema.schema_manager import SchemaManager
 from strata.table.table import Table
 
@@ -171,12 +172,14 @@ class JdbcCatalog(Catalog):
 
     # -- databases ---------------------------------------------------------------------------------
     def _database_exists(self, name: str) -> bool:
+        check_database_name(name)  # every database method asks this first
         return bool(
             self._rows(f"SELECT 1 FROM {TABLES} WHERE catalog_key = :key AND database_name = :db", db=name)
             or self._rows(f"SELECT 1 FROM {DATABASE_PROPERTIES} WHERE catalog_key = :key AND database_name = :db",
                           db=name))
 
     def database_properties(self, name: str) -> dict[str, str]:
+        check_database_name(name)
         rows = self._rows(f"SELECT property_key, property_value FROM {DATABASE_PROPERTIES} "
                           "WHERE catalog_key = :key AND database_name = :db", db=name)
         props = {str(k): str(v) for k, v in rows if k is not None}
@@ -184,11 +187,15 @@ class JdbcCatalog(Catalog):
         return props
 
     def database_path(self, name: str) -> str:
+        """The database's ``location`` (default ``<warehouse>/<name>.db``), which must lie under the
+        warehouse: dropping a database deletes it."""
         location = self.database_properties(name).get(LOCATION_PROPERTY)
-        return location.rstrip("/") if location else f"{self.warehouse}/{name}{DB_SUFFIX}"
+        if location:
+            return require_under(self.warehouse, location.rstrip("/"))
+        return path_under(self.warehouse, f"{name}{DB_SUFFIX}")
 
     def table_path(self, ident: Identifier) -> str:
-        return f"{self.database_path(ident.database)}/{ident.table}"
+        return path_under(self.database_path(ident.database), ident.table)
 
     def create_database(self, name: str, ignore_if_exists: bool = False,
                         properties: Mapping[str, str] | None = None) -> None:
@@ -196,8 +203,9 @@ class JdbcCatalog(Catalog):
             if ignore_if_exists:
                 return
             raise TableAlreadyExistsError(f"database {name!r} already exists")
-        props = {EXISTS_PROPERTY: "true", LOCATION_PROPERTY: f"{self.warehouse}/{name}{DB_SUFFIX}",
+        props = {EXISTS_PROPERTY: "true", LOCATION_PROPERTY: path_under(self.warehouse, f"{name}{DB_SUFFIX}"),
                  **dict(properties or {})}
+        props[LOCATION_PROPERTY] = require_under(self.warehouse, props[LOCATION_PROPERTY].rstrip("/"))
         try:
             with self.engine.begin() as conn:
                 conn.execute(text(f"INSERT INTO {DATABASE_PROPERTIES} "

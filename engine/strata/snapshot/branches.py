@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from strata.errors import CommitConflictError, SnapshotNotFoundError, StrataError
 from strata.fs import FileIO
+from strata.names import BRANCH_TABLE_PREFIX, SYSTEM_TABLE_SEPARATOR, check_branch_name
 from strata.schema.schema_manager import SchemaManager
 from strata.snapshot.snapshot import Snapshot
 from strata.snapshot.snapshot_manager import SnapshotManager
@@ -28,7 +29,7 @@ from strata.snapshot.snapshot_manager import SnapshotManager
 MAIN_BRANCH = "main"
 BRANCH_DIR = "branch"
 BRANCH_PREFIX = "branch-"
-BRANCH_TABLE_SEPARATOR = "$branch_"  # db.t$branch_b1: the table on branch b1
+BRANCH_TABLE_SEPARATOR = SYSTEM_TABLE_SEPARATOR + BRANCH_TABLE_PREFIX  # db.t$branch_b1: the table on branch b1
 _TAG_DIR, _TAG_PREFIX = "tag", "tag-"
 _SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)$")
 _SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
@@ -55,16 +56,8 @@ def branch_path(table_path: str, branch: str | None) -> str:
 
 
 def validate_branch_name(name: str) -> str:
-    """Paimon's ``BranchManager.validateBranch`` plus what would break a path."""
-    if name == MAIN_BRANCH:
-        raise ValueError(f"Branch name '{MAIN_BRANCH}' is the default branch and cannot be used.")
-    if not name or not name.strip():
-        raise ValueError(f"Branch name '{name}' is blank.")
-    if name.isdigit():
-        raise ValueError(f"Branch name cannot be pure numeric string but is '{name}'.")
-    if "/" in name or "$" in name:
-        raise ValueError(f"Branch name '{name}' must not contain '/' or '$'.")
-    return name
+    """Paimon's ``BranchManager.validateBranch`` plus what would break a path (``strata.names``)."""
+    return check_branch_name(name)
 
 
 def split_branch_table(table_name: str) -> tuple[str, str | None, str | None]:

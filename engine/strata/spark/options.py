@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from strata.catalog.base import Identifier
 from strata.catalog.filesystem import load_catalog
 from strata.errors import OptionError
 from strata.snapshot.branches import BRANCH_TABLE_SEPARATOR, is_main, validate_branch_name
@@ -85,9 +86,9 @@ def table_ref(options: Mapping[str, str]) -> TableRef:
     if not warehouse or not table:
         raise OptionError("the strata data source needs the table: load('<warehouse>#<db>.<table>'), "
                           "a table directory '<warehouse>/<db>.db/<table>', or options 'warehouse' and 'table'")
-    if table.count(".") != 1:
+    if "." not in table:
         raise OptionError(f"table {table!r} must be given as '<database>.<table>'")
-    table = on_branch(table, options.get("branch"))
+    table = str(Identifier.parse(on_branch(table, options.get("branch"))))  # the catalog's name check
     catalog = tuple(sorted((k[len(CATALOG_PREFIX):], v) for k, v in options.items()
                            if k.startswith(CATALOG_PREFIX)))
     return TableRef(warehouse, table, catalog)
