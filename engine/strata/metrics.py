@@ -162,6 +162,15 @@ COMMIT_CONFLICTS = _counter("strata_commit_conflicts_total", "Conflicts met whil
                             ("table", "kind", "type"), "commit")
 COMMIT_DUPLICATES = _counter("strata_commit_duplicates_total", "Replayed commits skipped because the "
                              "commit user had already published that identifier (exactly-once).", T, "commit")
+COMMIT_STATE_UNKNOWN = _counter("strata_commit_state_unknown_total", "Commits whose outcome could not be "
+                                "known (an ambiguous write that could not be read back): every file was kept "
+                                "and CommitStateUnknownError raised.", T, "commit")
+COMMIT_READ_BACKS = _counter("strata_commit_read_backs_total", "Ambiguous snapshot writes (a lost reply, a "
+                             "timeout) settled by reading the snapshot back, by result (published, "
+                             "not_published).", ("table", "result"), "commit")
+COMMIT_CALLBACK_FAILURES = _counter("strata_commit_callback_failures_total", "Work after a durable commit "
+                                    "(log commit, expiry, Iceberg sync) that failed, by callback (type); the "
+                                    "commit stands.", ("table", "type"), "commit")
 FILES_ADDED = _counter("strata_files_added_total", "Data files added by published snapshots.", K, "commit")
 FILES_DELETED = _counter("strata_files_deleted_total", "Data files deleted by published snapshots.", K, "commit")
 BYTES_ADDED = _counter("strata_bytes_added_total", "Bytes of data files added by published snapshots.",
@@ -347,6 +356,18 @@ def commit_retry(table: str, kind: str) -> None:
 
 def commit_duplicate(table: str) -> None:
     COMMIT_DUPLICATES.labels(table).inc()
+
+
+def commit_state_unknown(table: str) -> None:
+    COMMIT_STATE_UNKNOWN.labels(table).inc()
+
+
+def commit_read_back(table: str, published: bool) -> None:
+    COMMIT_READ_BACKS.labels(table, "published" if published else "not_published").inc()
+
+
+def commit_callback_failed(table: str, callback: str) -> None:
+    COMMIT_CALLBACK_FAILURES.labels(table, callback).inc()
 
 
 def commit_published(table: str, kind: str, snapshot: Snapshot, entries: Iterable[ManifestEntry]) -> None:

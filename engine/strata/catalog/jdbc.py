@@ -37,7 +37,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from strata.catalog.base import Catalog, Identifier
 from strata.catalog.filesystem import DB_SUFFIX
-from strata.catalog.lock import JdbcCatalogLock
+from strata.catalog.lock import JdbcCatalogLock, LockedPublisher
 from strata.errors import (
     CorruptMetadataError,
     DatabaseNotEmptyError,
@@ -358,16 +358,4 @@ class JdbcCatalog(Catalog):
         locks = self.locks
         assert locks is not None
         database, name = table.identifier.database, table.identifier.table
-        margin = min(5.0, locks.expire_seconds / 4)
-
-        def publish_under_lock(manager: SnapshotManager, snapshot: Snapshot) -> bool:
-            if manager.exists(snapshot.id):  # already lost: do not queue for the lock to learn it
-                return False
-            with locks.lock(database, name) as lock:
-                if manager.exists(snapshot.id):
-                    return False
-                if lock.valid_for() < margin:  # the lease may lapse mid-write: retry with a fresh one
-                    return False
-                return manager.publish(snapshot)
-
-        return publish_under_lock
+        return LockedPublisher(lambda: locks.lock(database, name), margin_seconds=min(5.0, locks.expire_seconds / 4))

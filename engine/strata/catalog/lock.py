@@ -19,6 +19,11 @@ A lease can expire under a holder that stalls (GC pause, suspended VM). The hold
 conservative deadline by its own monotonic clock (from before its INSERT was sent, minus one second
 for the database's second-granularity timestamps); ``JdbcLock.valid_for()`` tells a critical
 section how long it may still count on exclusivity.
+
+``LockedPublisher`` publishes snapshots under the lock (check-then-put) with the three outcomes of
+a commit: the lock database unavailable before the write is "nothing published" (the commit
+retries); a failed write is ambiguous (the committer reads the snapshot back); a failed release
+after a durable write never fails the commit (the lease expires by itself).
 """
 
 from __future__ import annotations
@@ -27,14 +32,20 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from strata.errors import OptionError, StrataError
 from strata.options import parse_duration_ms
+from strata.snapshot.snapshot_manager import NothingPublishedError
+
+if TYPE_CHECKING:
+    from strata.snapshot.snapshot import Snapshot
+    from strata.snapshot.snapshot_manager import SnapshotManager
 
 log = logging.getLogger(__name__)
 
@@ -225,3 +236,56 @@ class JdbcCatalogLock:
     def lock(self, database: str, table: str) -> JdbcLock:
         return JdbcLock(self.engine, self.lock_id(database, table), self.acquire_timeout_ms,
                         self.check_max_sleep_ms, self.expire_seconds)
+
+
+class LockedPublisher:
+    """Publishes snapshot-N under a table's lock: check that N is absent, write it, release (as
+    Paimon's ``RenamingSnapshotCommit``). A publish function for ``FileStoreCommit``: True
+    published, False taken (or the lease too short to write safely), NothingPublishedError when
+    nothing was written (a check or the lock database failed), OSError when the write itself is
+    ambiguous."""
+
+    def __init__(self, new_lock: Callable[[], JdbcLock], margin_seconds: float):
+        self.new_lock = new_lock
+        self.margin_seconds = margin_seconds  # the lease must outlast the write by this much
+
+    def __call__(self, manager: SnapshotManager, snapshot: Snapshot) -> bool:
+        if self._exists(manager, snapshot):  # already lost: do not queue for the lock to learn it
+            return False
+        lock = self.new_lock()
+        try:
+            lock.acquire()
+        except DBAPIError as exc:
+            _release_quietly(lock)  # the INSERT may have landed and lost its reply
+            raise NothingPublishedError(f"snapshot {snapshot.id} of {manager.table_path} not written: the lock "
+                                        f"database is unavailable ({type(exc).__name__}: {exc})") from exc
+        try:
+            if self._exists(manager, snapshot) or lock.valid_for() < self.margin_seconds:
+                return False  # taken meanwhile, or the lease may lapse mid-write: retry with a fresh one
+            published = manager.publish(snapshot)
+        except BaseException:
+            _release_quietly(lock)
+            raise
+        if not _release_quietly(lock) and published:
+            # the lease lapsed before we released it: another holder may have checked and written
+            # N over ours; ours counts only if N still holds it
+            return manager.read_back(snapshot)
+        return published
+
+    @staticmethod
+    def _exists(manager: SnapshotManager, snapshot: Snapshot) -> bool:
+        try:
+            return manager.exists(snapshot.id)
+        except OSError as exc:
+            raise NothingPublishedError(f"snapshot {snapshot.id} of {manager.table_path} not written: could not "
+                                        f"check whether it exists ({exc})") from exc
+
+
+def _release_quietly(lock: JdbcLock) -> bool:
+    """Release; False if the lease was no longer ours or the database could not be reached (the
+    row then expires by itself after ``lock.expire-time``)."""
+    try:
+        return lock.release()
+    except DBAPIError as exc:
+        log.warning("lock %s: release failed (%s); the lease expires by itself", lock.lock_id, exc)
+        return False

@@ -3,19 +3,31 @@
 Paths are strings: plain local paths, ``file://`` URIs, or ``s3://bucket/key`` URIs. The one
 operation with a strong contract is ``write_new``: publish a complete file at a path only if
 nothing is there, atomically, never overwriting. Snapshot commits rely on it.
+
+An ``OSError`` from a write is ambiguous: a lost reply or a timeout after the request landed looks
+the same as a request that never arrived. ``publish_new`` (schema files, tags) settles it by
+reading the file back, and raises ``CommitStateUnknownError`` when that fails too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
+import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+
+from strata.errors import CommitStateUnknownError
+
+T = TypeVar("T")
+READ_BACK_ATTEMPTS = 6  # reads after an ambiguous write, backing off from 50 ms to 1 s (~3 s in all)
 
 
 @dataclass(frozen=True)
@@ -167,6 +179,46 @@ class LocalFileIO(FileIO):
 
     def arrow_fs(self) -> tuple[pafs.FileSystem, str]:
         return self._fs, ""
+
+
+def read_back(read: Callable[[], T], attempts: int = READ_BACK_ATTEMPTS) -> T:
+    """`read()` retried on OSError (not FileNotFoundError, a definite answer) with a short
+    backoff: after an ambiguous write, the outage that broke it often breaks the next read too.
+    The last OSError escapes when no read succeeds."""
+    wait = 0.05
+    for attempt in range(attempts):
+        try:
+            return read()
+        except FileNotFoundError:
+            raise
+        except OSError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(wait * random.uniform(0.5, 1.0))
+            wait = min(wait * 2, 1.0)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def publish_new(file_io: FileIO, path: str, data: bytes, what: str) -> bool:
+    """``write_new`` with its outcome settled: True if `path` now holds our `data`, False if
+    another writer's file is there. After an ambiguous write the file is read back: our bytes
+    count as written, absent re-raises the write's error (nothing was published), and a failed
+    read raises CommitStateUnknownError (the file, if it landed, is kept). `what` names the
+    file for the messages (e.g. "schema 3 of db.t")."""
+    try:
+        return file_io.write_new(path, data)
+    except OSError as exc:
+        write_error = exc
+    try:
+        found = read_back(lambda: file_io.read_bytes(path))
+    except FileNotFoundError:
+        raise write_error from None
+    except OSError as exc:
+        raise CommitStateUnknownError(
+            f"{what}: unknown whether {path} was written: the write failed ambiguously ({write_error}) and "
+            f"reading it back failed too ({exc}). Nothing was deleted; read it again once the store answers: "
+            "if it holds what was written, the change is done, else retry it.") from write_error
+    return found == data
 
 
 def file_io_for(warehouse: str, options: Mapping[str, str] | None = None) -> FileIO:

@@ -228,24 +228,36 @@ class S3FileIO(FileIO):
         return True
 
     def _put_if_absent(self, path: str, data: bytes) -> bool:
+        """PUT with If-None-Match:*. True: ours landed; False: the key is taken by another object;
+        OSError: ambiguous (the PUT may have landed), the caller reads back."""
         bucket, key = split_s3(path)
         try:
             self._client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
             return True
         except ClientError as exc:
-            if not _is(exc, _PRECONDITION_FAILED) and _code(exc)[0] != "ConditionalRequestConflict":
+            taken = _is(exc, _PRECONDITION_FAILED)
+            racing = _code(exc)[0] == "ConditionalRequestConflict"  # 409: a concurrent conditional PUT
+            if not taken and not racing:
                 raise _mapped(path, exc) from exc
-            retried = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)
-            if retried and _is(exc, _PRECONDITION_FAILED):
-                # An earlier attempt of this very request may have landed and lost its response:
-                # the object is ours if it holds exactly our bytes.
-                try:
-                    return self.read_bytes(path) == data
-                except FileNotFoundError:
-                    return False
-            return False  # 412: it exists; 409 ConditionalRequestConflict: a concurrent PUT won
+            if not exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0):
+                return False  # our only request was refused: another object holds the key
+            # An earlier try of this very request may have landed (its reply lost, or a 503 after
+            # it landed) and be the object that refused the retry (or still in flight, for a 409):
+            # the key is ours if it holds exactly our bytes.
+            return self._holds(path, data, racing)
         except BotoCoreError as exc:  # the PUT may or may not have landed: ambiguous, the caller reads back
             raise _mapped(path, exc) from exc
+
+    def _holds(self, path: str, data: bytes, in_flight: bool) -> bool:
+        """Does `path` hold exactly `data`? Absent is a no, unless a try of ours may still be in
+        flight (then it is ambiguous: OSError). A failed read escapes as OSError (ambiguous)."""
+        try:
+            return self.read_bytes(path) == data
+        except FileNotFoundError:
+            if in_flight:
+                raise OSError(f"conditional PUT of {path}: a concurrent PUT was in flight and the key is still "
+                              "absent; outcome unknown") from None
+            return False
 
     def conditional_put_supported(self, path: str) -> bool:
         """Does the endpoint honour ``If-None-Match: *`` on PUT? (option, else probed and cached)"""

@@ -15,6 +15,7 @@ files other writers committed meanwhile (check_hash_claims): one key never lands
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -255,25 +256,40 @@ def check_hash_claims(live: Sequence[IndexManifestEntry], changes: Sequence[Inde
                         f"file {entry.file_name}) that this commit places in bucket {claim.bucket}{restart}")
 
 
+@dataclass
+class MergedIndexFiles:
+    """What merge_bucket_index_files made: the messages to commit, the merged files it wrote
+    (to delete if the commit is definitely not published) and the writers' files they replace
+    (to delete once it is: until then a replay of the original messages still names them)."""
+
+    messages: list[Any]
+    written: list[IndexManifestEntry] = field(default_factory=list)
+    replaced: list[IndexManifestEntry] = field(default_factory=list)
+
+
 def merge_bucket_index_files(messages: Sequence[Any], read: ReadHashes,
-                             write: Callable[[bytes, int, np.ndarray], IndexManifestEntry],
-                             delete: Callable[[IndexManifestEntry], None]) -> None:
+                             write: Callable[[bytes, int, np.ndarray], IndexManifestEntry]) -> MergedIndexFiles:
     """Writers of one commit (Spark tasks given rows of one partition) that each rewrote one
     bucket's hash index from the same base: one file with the union of theirs replaces them, and
     the base file is deleted once. Whether they placed one key in two buckets is checked after
-    (check_hash_claims)."""
-    added: dict[tuple[bytes, int], list[tuple[Any, IndexManifestEntry]]] = {}
-    for message in messages:
+    (check_hash_claims). The given messages are left as they are (copies are returned) and no
+    file is deleted here: what may be deleted depends on the commit's outcome."""
+    added: dict[tuple[bytes, int], list[tuple[int, IndexManifestEntry]]] = {}
+    for i, message in enumerate(messages):
         for entry in message.index_changes:
             if entry.index_type == INDEX_TYPE_HASH and entry.kind == FileKind.ADD:
-                added.setdefault((entry.partition, entry.bucket), []).append((message, entry))
+                added.setdefault((entry.partition, entry.bucket), []).append((i, entry))
+    out = MergedIndexFiles(list(messages))
     for (partition, bucket), group in added.items():
         if len(group) < 2:
             continue
         merged = write(partition, bucket, _distinct(np.concatenate([read(e) for _, e in group])))
+        out.written.append(merged)
+        out.replaced.extend(e for _, e in group)
         replaced = {e.file_name for _, e in group}
         deleted: set[str] = set()
-        for message, _ in group:
+        for i, _ in group:
+            message = out.messages[i]
             kept = []
             for change in message.index_changes:
                 if change.index_type != INDEX_TYPE_HASH or change.bucket != bucket or change.partition != partition:
@@ -281,10 +297,10 @@ def merge_bucket_index_files(messages: Sequence[Any], read: ReadHashes,
                 elif change.kind == FileKind.DELETE and change.file_name not in deleted:
                     deleted.add(change.file_name)
                     kept.append(change)
-            message.index_changes = kept
-            for claim in message.hash_claims:
-                if claim.file_name in replaced:
-                    claim.file_name = merged.file_name
-        group[0][0].index_changes.append(merged)
-        for _, entry in group:
-            delete(entry)
+            claims = [dataclasses.replace(c, file_name=merged.file_name) if c.file_name in replaced else c
+                      for c in message.hash_claims]
+            out.messages[i] = dataclasses.replace(message, index_changes=kept, hash_claims=claims)
+        first = group[0][0]
+        out.messages[first] = dataclasses.replace(
+            out.messages[first], index_changes=[*out.messages[first].index_changes, merged])
+    return out

@@ -3,21 +3,31 @@
 One commit publishes an APPEND (or OVERWRITE) snapshot for new files and, when there are
 compaction results, a COMPACT snapshot. Publishing never overwrites: a taken id means retry
 against the new latest snapshot. A replayed (commitUser, commitIdentifier) is a no-op.
+
+Each publish attempt ends one of three ways (ARCHITECTURE decision 9):
+* published: snapshot-N is ours (also when an ambiguous write is read back and found ours);
+* not published, definitely: N is another commit's, or the attempt failed before writing; its
+  manifest lists are deleted and the commit retries on the new latest snapshot. An attempt whose
+  write was ambiguous and whose read-back found N absent keeps its files (a delayed write could
+  still land; orphan cleanup removes them otherwise), and later attempts look for it;
+* unknown: the write was ambiguous and snapshot-N could not be read back either. Nothing is
+  deleted and ``CommitStateUnknownError`` says how to resolve it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from strata import metrics
-from strata.errors import CommitFailedError
+from strata.errors import CommitFailedError, CommitStateUnknownError, SnapshotNotFoundError
 from strata.fs import FileIO
-from strata.index.bucket_assigner import HashClaim, check_hash_claims, merge_bucket_index_files
+from strata.index.bucket_assigner import HashClaim, MergedIndexFiles, check_hash_claims, merge_bucket_index_files
 from strata.index.hash_index import hash_index_path, read_hashes, write_hash_index
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, INDEX_TYPE_HASH, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
@@ -27,7 +37,7 @@ from strata.options import CoreOptions
 from strata.schema.table_schema import TableSchema
 from strata.snapshot.branches import branch_path
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
-from strata.snapshot.snapshot_manager import SnapshotManager
+from strata.snapshot.snapshot_manager import NothingPublishedError, SnapshotManager
 from strata.table.commit_message import CommitMessage
 from strata.table.paths import PathFactory
 
@@ -36,9 +46,20 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class CommitResult:
-    snapshot_ids: list[int] = field(default_factory=list)
-    skipped_as_duplicate: bool = False
+    snapshot_ids: list[int] = field(default_factory=list)  # the snapshots this commit published
+    skipped_as_duplicate: bool = False  # a replay of a (user, identifier) already published
     attempts: int = 0
+    read_backs: int = 0  # ambiguous writes settled by reading the snapshot back
+    # work after the commit (strata.operation.callbacks) that failed: callback name -> error; the
+    # commit itself stands
+    callback_failures: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def published(self) -> bool:
+        return bool(self.snapshot_ids)
+
+
+_PUBLISHED, _TAKEN, _NOT_LANDED = "published", "taken", "not-landed"  # outcomes of one attempt
 
 
 @dataclass
@@ -71,9 +92,10 @@ class FileStoreCommit:
         # append tables with deletion vectors: each data file's vector is checked at commit
         self.append_vectors = not schema.primary_keys and bool(self.core.get("deletion-vectors.enabled"))
         self.metric_table = metrics.table_label(table_path)  # the `table` label; TableCommit gives db.table
+        self._attempt_index_manifest: str | None = None  # written by the current attempt
+        self._user_scan: tuple[int, int | None] = (0, None)  # (walked up to, last identifier found)
         # computes a snapshot's properties from the snapshot it builds on (e.g. the log store's
         # per-bucket offsets, carried forward); None keeps the given properties
-        self._attempt_index_manifest: str | None = None  # written by the current attempt
         self.properties_hook: Callable[[Snapshot | None, dict[str, str] | None], dict[str, str] | None] | None = None
 
     # -- public API --------------------------------------------------------------------------
@@ -82,8 +104,12 @@ class FileStoreCommit:
         if self._already_committed(identifier):
             metrics.commit_duplicate(self.metric_table)
             return CommitResult(skipped_as_duplicate=True)
-        if any(m.hash_claims for m in messages):
-            self._merge_hash_index_files(messages)
+        merged = self._merge_hash_index_files(messages)
+        with self._settling(merged):
+            return self._commit_messages(merged.messages, identifier, properties, watermark)
+
+    def _commit_messages(self, messages: Sequence[CommitMessage], identifier: int,
+                         properties: dict[str, str] | None, watermark: int | None) -> CommitResult:
         changes = []
         append = [e for m in messages for e in _entries(m, m.new_files, FileKind.ADD)]
         append_log = [e for m in messages for e in _entries(m, m.changelog_files, FileKind.ADD)]
@@ -110,19 +136,23 @@ class FileStoreCommit:
         if self._already_committed(identifier):
             metrics.commit_duplicate(self.metric_table)
             return CommitResult(skipped_as_duplicate=True)
+        # dynamic-bucket tables: the replaced partitions' hash index gives way to the writers' new one
+        merged = self._merge_hash_index_files(messages)
+        messages = merged.messages
         entries = [e for m in messages for e in _entries(m, m.new_files, FileKind.ADD)]
         changelog = [e for m in messages for e in _entries(m, m.changelog_files, FileKind.ADD)]
-        # dynamic-bucket tables: the replaced partitions' hash index gives way to the writers' new one
-        if any(m.hash_claims for m in messages):
-            self._merge_hash_index_files(messages)
         hash_files = [e for m in messages for e in m.index_changes
                       if e.index_type == INDEX_TYPE_HASH and e.kind == FileKind.ADD]
         change = _Change(CommitKind.OVERWRITE, entries, overwrite_partitions=partitions or [], changelog=changelog,
                          index=hash_files, hash_claims=[c for m in messages for c in m.hash_claims])
-        return self._commit_changes([change], identifier, properties, None)
+        with self._settling(merged):
+            return self._commit_changes([change], identifier, properties, None)
 
-    def _merge_hash_index_files(self, messages: Sequence[CommitMessage]) -> None:
+    def _merge_hash_index_files(self, messages: Sequence[CommitMessage]) -> MergedIndexFiles:
         """Dynamic buckets: several writers' index files of one bucket become one (their union)."""
+        if not any(m.hash_claims for m in messages):
+            return MergedIndexFiles(list(messages))
+
         def read(entry: IndexManifestEntry):
             return read_hashes(self.file_io, self.table_path, entry)
 
@@ -130,22 +160,45 @@ class FileStoreCommit:
             return write_hash_index(self.file_io, self.table_path, self.paths.new_index_file_name(), partition,
                                     bucket, hashes)
 
-        merge_bucket_index_files(messages, read, write,
-                                 lambda e: self.file_io.delete(hash_index_path(self.table_path, e)))
+        return merge_bucket_index_files(messages, read, write)
+
+    @contextlib.contextmanager
+    def _settling(self, merged: MergedIndexFiles) -> Iterator[None]:
+        """Deletes the index files a merge made obsolete, by the commit's outcome: the writers'
+        replaced files once it is published (a replay of the original messages is then skipped),
+        the merged files once it definitely is not; after an unknown outcome, none."""
+        try:
+            yield
+        except CommitStateUnknownError:
+            raise
+        except BaseException:
+            self._delete_quietly(hash_index_path(self.table_path, e) for e in merged.written)
+            raise
+        self._delete_quietly(hash_index_path(self.table_path, e) for e in merged.replaced)
 
     def last_committed_identifier(self) -> int | None:
-        """The newest identifier this commit user published (walking back from the latest)."""
-        latest, earliest = self.snapshots.latest_id(), self.snapshots.earliest_id()
-        if latest is None or earliest is None:
+        """The newest identifier this commit user published. Walks back from the latest snapshot
+        to the first of this user (to the earliest if there is none: a new user costs one read
+        per retained snapshot, once); later calls on this committer read only the snapshots
+        published since (the answer is remembered up to the snapshot it was found at)."""
+        latest = self.snapshots.latest_id()
+        if latest is None:
             return None
-        for sid in range(latest, earliest - 1, -1):
+        known_up_to, known = self._user_scan
+        if latest < known_up_to:  # rolled back below what we walked: walk again
+            known_up_to, known = 0, None
+        earliest = self.snapshots.earliest_id() or 1
+        found = known
+        for sid in range(latest, max(known_up_to, earliest - 1), -1):
             try:
                 snap = self.snapshots.snapshot(sid)
-            except KeyError:
-                continue
+            except SnapshotNotFoundError:
+                continue  # expired meanwhile
             if snap.commit_user == self.commit_user:
-                return snap.commit_identifier
-        return None
+                found = snap.commit_identifier
+                break
+        self._user_scan = (latest, found)
+        return found
 
     # -- internals --------------------------------------------------------------------------
     def _already_committed(self, identifier: int) -> bool:
@@ -174,55 +227,109 @@ class FileStoreCommit:
         max_wait = int(self.core.get("commit.max-retry-wait"))
         timeout = self.core.get("commit.timeout")
         started = time.monotonic()
+        first_seen: int | None = None
         seen_latest: int | None = None
+        unsettled = False  # an attempt's write was ambiguous (read back absent): it could still land
+        last_failure = "snapshot ids kept being taken; there may be commit conflicts between multiple jobs"
         for attempt in range(max_retries + 1):
             result.attempts += 1
             latest = self.snapshots.latest()
-            if attempt > 0 and self._published_meanwhile(seen_latest, latest, identifier, change.kind):
-                return None
+            if attempt > 0:
+                landed = self._published_meanwhile(seen_latest, latest, identifier, change.kind, unsettled)
+                if landed is not None:
+                    return landed
             seen_latest = latest.id if latest else 0
+            first_seen = seen_latest if first_seen is None else first_seen
             snapshot = self._build_snapshot(change, delta_metas, latest, identifier, properties, watermark)
             if snapshot is None:
                 return None
             self.snapshots.expected_parent = latest  # publish fails if a fast-forward replaced it
-            if self._publish(snapshot):
+            try:
+                outcome = self._publish(snapshot, identifier, result)
+            except NothingPublishedError as exc:
+                outcome, last_failure = _TAKEN, str(exc)
+            if outcome == _PUBLISHED:
                 metrics.commit_published(self.metric_table, change.kind, snapshot, self._attempt_entries)
                 return snapshot.id
             metrics.commit_retry(self.metric_table, change.kind)
-            self._cleanup_attempt(snapshot, delta_metas)
+            if outcome == _TAKEN:
+                self._cleanup_attempt(snapshot)
+            else:
+                unsettled = True
             if timeout is not None and (time.monotonic() - started) * 1000 > timeout:
                 break
             wait = min(max_wait, min_wait * (2 ** attempt)) * (0.5 + random.random())
             time.sleep(wait / 1000)
+        if unsettled:  # a late landing of an ambiguous attempt is ours all the same
+            landed = self._published_meanwhile(first_seen, self.snapshots.latest(), identifier, change.kind, True)
+            if landed is not None:
+                return landed
         raise CommitFailedError(
-            f"commit to {self.table_path} failed after {result.attempts} attempts: snapshot ids kept "
-            "being taken; there may be commit conflicts between multiple jobs")
+            f"commit to {self.table_path} failed after {result.attempts} attempts, nothing published: {last_failure}")
 
-    def _publish(self, snapshot: Snapshot) -> bool:
+    def _publish(self, snapshot: Snapshot, identifier: int, result: CommitResult) -> str:
+        """Publish one attempt: _PUBLISHED, _TAKEN (definitely not, and nothing of ours is at N)
+        or _NOT_LANDED (an ambiguous write read back as absent or another's). Raises
+        CommitStateUnknownError when an ambiguous write cannot be read back."""
         try:
-            return self.publish(self.snapshots, snapshot)
-        except OSError:
-            # ambiguous failure: the snapshot may have landed; identical content counts as success
-            try:
-                landed = self.snapshots.snapshot(snapshot.id)
-            except Exception:
-                return False
-            if landed.same_commit(snapshot):
-                self.snapshots.commit_hints(snapshot.id)
-                return True
-            return False
+            return _PUBLISHED if self.publish(self.snapshots, snapshot) else _TAKEN
+        except OSError as exc:
+            write_error = exc  # the write may have landed and lost its reply: read it back
+        result.read_backs += 1
+        try:
+            landed = self.snapshots.read_back(snapshot)
+        except OSError as exc:
+            metrics.commit_state_unknown(self.metric_table)
+            raise CommitStateUnknownError(self._unknown_message(snapshot, identifier, result, write_error, exc)) \
+                from write_error
+        metrics.commit_read_back(self.metric_table, landed)
+        if landed:
+            self.snapshots.commit_hints(snapshot.id)
+            return _PUBLISHED
+        log.info("%s: snapshot %d was not published by an ambiguous write (%s); retrying", self.table_path,
+                 snapshot.id, write_error)
+        return _NOT_LANDED
+
+    def _unknown_message(self, snapshot: Snapshot, identifier: int, result: CommitResult,
+                         write_error: OSError, read_error: OSError) -> str:
+        published = f" (this commit already published snapshot(s) {result.snapshot_ids})" if result.snapshot_ids else ""
+        if identifier == BATCH_COMMIT_IDENTIFIER:
+            replay = ("a batch commit is not deduplicated, so write its data again only if no snapshot of that "
+                      "commit user holds it")
+        else:
+            replay = (f"replaying the commit with the same commit user {self.commit_user!r} and identifier "
+                      f"{identifier} skips it if it landed and commits it if it did not")
+        return (f"commit to {self.table_path}: unknown whether snapshot {snapshot.id} is published{published}: "
+                f"its write failed ambiguously ({write_error}) and reading it back failed too ({read_error}). "
+                f"Every file of the commit is kept. To resolve, read the table again: snapshot {snapshot.id} with "
+                f"commit user {self.commit_user!r} means it landed; {replay}; orphan-file cleanup removes the "
+                "files of a commit that did not land.")
 
     def _published_meanwhile(self, seen: int | None, latest: Snapshot | None, identifier: int,
-                             kind: str) -> bool:
-        """After a failed attempt: did an earlier attempt of ours land after all?"""
+                             kind: str, unsettled: bool) -> int | None:
+        """After a failed attempt: the id of a snapshot an earlier attempt of ours published
+        after all (seen+1 .. latest), if any. When an earlier write was ambiguous and this
+        cannot be read, the outcome is unknown."""
         if latest is None or seen is None:
-            return False
+            return None
         for sid in range(seen + 1, latest.id + 1):
-            snap = self.snapshots.snapshot(sid)
+            try:
+                snap = latest if sid == latest.id else self.snapshots.snapshot(sid)
+            except SnapshotNotFoundError:
+                continue  # expired meanwhile
+            except OSError as exc:
+                if not unsettled:
+                    raise
+                metrics.commit_state_unknown(self.metric_table)
+                raise CommitStateUnknownError(
+                    f"commit to {self.table_path}: an earlier attempt's write was ambiguous and snapshot {sid} "
+                    f"cannot be read to learn whether it is ours ({exc}). Every file of the commit is kept; read "
+                    f"the table again (a snapshot of commit user {self.commit_user!r} with identifier {identifier} "
+                    "means it landed; a replay with the same user and identifier is then skipped).") from exc
             if (snap.commit_user == self.commit_user and snap.commit_identifier == identifier
-                    and snap.commit_kind == kind):
-                return True
-        return False
+                    and snap.commit_kind in _KINDS_OF[kind]):
+                return sid
+        return None
 
     def _build_snapshot(self, change: _Change, delta_metas: list | None, latest: Snapshot | None,
                         identifier: int, properties: dict[str, str] | None,
@@ -312,13 +419,24 @@ class FileStoreCommit:
         deletes = [ManifestEntry(FileKind.DELETE, e.partition, e.bucket, e.total_buckets, e.file) for e in doomed]
         return deletes + change.entries
 
-    def _cleanup_attempt(self, snapshot: Snapshot, delta_metas: list | None) -> None:
-        """Delete the manifest lists of a lost attempt (delta manifests are reused)."""
-        for name in (snapshot.base_manifest_list, snapshot.delta_manifest_list, snapshot.changelog_manifest_list,
-                     self._attempt_index_manifest):
-            if name is None:
-                continue
-            self.file_io.delete(self.manifests.path(name))
+    def _cleanup_attempt(self, snapshot: Snapshot) -> None:
+        """Delete the manifest lists of an attempt that is definitely not published (delta
+        manifests are reused by the next attempt). Best effort: orphan cleanup takes the rest."""
+        names = (snapshot.base_manifest_list, snapshot.delta_manifest_list, snapshot.changelog_manifest_list,
+                 self._attempt_index_manifest)
+        self._delete_quietly(self.manifests.path(name) for name in names if name is not None)
+
+    def _delete_quietly(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            try:
+                self.file_io.delete(path)
+            except OSError as exc:
+                log.info("%s: could not delete %s (%s); orphan cleanup removes it", self.table_path, path, exc)
+
+
+# the kinds a change's snapshot may carry (an APPEND that removes rows is published as OVERWRITE)
+_KINDS_OF = {CommitKind.APPEND: (CommitKind.APPEND, CommitKind.OVERWRITE),
+             CommitKind.OVERWRITE: (CommitKind.OVERWRITE,), CommitKind.COMPACT: (CommitKind.COMPACT,)}
 
 
 def key_decoder(schema: TableSchema) -> Callable[[bytes], tuple]:

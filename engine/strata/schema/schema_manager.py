@@ -6,6 +6,7 @@ import re
 
 from strata.errors import CorruptMetadataError, TableAlreadyExistsError
 from strata.fs import FileIO
+from strata.fs.file_io import publish_new
 from strata.schema.table_schema import TableSchema
 
 _SCHEMA_FILE = re.compile(r"^schema-(\d+)$")
@@ -45,13 +46,17 @@ class SchemaManager:
         return cached
 
     def create(self, schema: TableSchema, where: str) -> None:
-        """Write schema-0 of a new table; fails if the table already has one."""
-        if not self.file_io.write_new(self.path(schema.id), schema.to_json().encode()):
+        """Write schema-0 of a new table; fails if the table already has one. A write whose reply
+        was lost is read back (CommitStateUnknownError if that fails too)."""
+        if not publish_new(self.file_io, self.path(schema.id), schema.to_json().encode(),
+                           f"schema {schema.id} of table {where}"):
             raise TableAlreadyExistsError(f"table {where} already exists")
 
     def commit(self, schema: TableSchema) -> bool:
-        """Publish the next schema version atomically; False if a concurrent change won."""
-        ok = self.file_io.write_new(self.path(schema.id), schema.to_json().encode())
+        """Publish the next schema version atomically; False if a concurrent change won. A write
+        whose reply was lost is read back (CommitStateUnknownError if that fails too)."""
+        ok = publish_new(self.file_io, self.path(schema.id), schema.to_json().encode(),
+                         f"schema {schema.id} of {self.dir}")
         if ok:
             self._cache[schema.id] = schema
         return ok

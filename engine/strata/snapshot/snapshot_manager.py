@@ -1,15 +1,32 @@
-"""Finding, reading and publishing snapshots of one table (SnapshotManager)."""
+"""Finding, reading and publishing snapshots of one table (SnapshotManager).
+
+Publishing has three outcomes (ARCHITECTURE decision 9): ``publish`` returns True (published) or
+False (definitely not: the id is taken, or its parent was replaced), raises
+``NothingPublishedError`` when it failed before writing anything, and lets an ``OSError`` of the
+write itself through: that one is ambiguous (the PUT may have landed and lost its reply), and
+``read_back`` settles it. The LATEST/EARLIEST hints are best effort after a durable publish.
+"""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 
-from strata.errors import CorruptMetadataError, SnapshotNotFoundError
+from strata.errors import CorruptMetadataError, SnapshotNotFoundError, StrataError
 from strata.fs import FileIO
+from strata.fs.file_io import read_back
 from strata.snapshot.snapshot import Snapshot
 
+log = logging.getLogger(__name__)
+
 _SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)$")
+
+
+class NothingPublishedError(StrataError):
+    """A publish attempt failed before it wrote anything (a check could not be made, the lock
+    database was unavailable): definitely not published, so its files may be cleaned up and the
+    attempt retried."""
 
 
 class SnapshotManager:
@@ -104,13 +121,29 @@ class SnapshotManager:
 
     def publish(self, snapshot: Snapshot) -> bool:
         """Atomically create snapshot-N; False if that id is taken, or if snapshot N-1 is no longer
-        `expected_parent` (a fast-forward replaced it). Updates the hints."""
-        if not self.parent_unchanged(snapshot):
-            return False
+        `expected_parent` (a fast-forward replaced it). Updates the hints (best effort). An OSError
+        of the write is ambiguous (see ``read_back``); a failed check before it raises
+        NothingPublishedError."""
+        try:
+            if not self.parent_unchanged(snapshot):
+                return False
+        except OSError as exc:
+            raise NothingPublishedError(f"snapshot {snapshot.id} of {self.table_path} not written: its parent "
+                                        f"could not be checked ({exc})") from exc
         if not self.file_io.write_new(self.path(snapshot.id), snapshot.to_json().encode()):
             return False
         self.commit_hints(snapshot.id)
         return True
+
+    def read_back(self, snapshot: Snapshot) -> bool:
+        """After an ambiguous publish of `snapshot`: is snapshot-N this very commit? True: it
+        landed; False: N is absent or another commit's (a definite answer). Reads with retries
+        of its own; the last OSError escapes when no read succeeds (the outcome is unknown)."""
+        try:
+            landed = read_back(lambda: self.snapshot(snapshot.id))
+        except SnapshotNotFoundError:
+            return False
+        return landed.same_commit(snapshot)
 
     def parent_unchanged(self, snapshot: Snapshot) -> bool:
         parent = self.expected_parent
@@ -121,10 +154,19 @@ class SnapshotManager:
         except SnapshotNotFoundError:
             return False
 
-    def commit_hints(self, snapshot_id: int) -> None:
-        self.file_io.write_bytes(f"{self.dir}/LATEST", str(snapshot_id).encode())
-        if snapshot_id == 1 or self._hint("EARLIEST") is None:
-            self.file_io.write_bytes(f"{self.dir}/EARLIEST", str(self.earliest_id() or snapshot_id).encode())
+    def commit_hints(self, snapshot_id: int) -> bool:
+        """Point LATEST (and a missing EARLIEST) at a published snapshot. Best effort: readers
+        probe past a stale hint and list without one, so a failed write is logged, never raised
+        (the snapshot is durable). False when a hint could not be written."""
+        try:
+            self.file_io.write_bytes(f"{self.dir}/LATEST", str(snapshot_id).encode())
+            if snapshot_id == 1 or self._hint("EARLIEST") is None:
+                self.file_io.write_bytes(f"{self.dir}/EARLIEST", str(self.earliest_id() or snapshot_id).encode())
+        except OSError as exc:
+            log.warning("%s: snapshot %d is published; its LATEST/EARLIEST hint was not updated (%s)",
+                        self.dir, snapshot_id, exc)
+            return False
+        return True
 
     def earliest_at_or_after(self, time_millis: int) -> Snapshot | None:
         for snap in self.snapshots():

@@ -63,7 +63,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from strata.errors import OptionError
+from strata.errors import CommitStateUnknownError, CorruptMetadataError, OptionError, SnapshotNotFoundError
 from strata.format import binary_row
 from strata.operation.commit import CommitResult
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER, NO_WATERMARK
@@ -244,17 +244,28 @@ def delete_files(table: Table, messages: Sequence[CommitMessage]) -> int:
 
 
 def committed_since(table: Table, commit_user: str, after_snapshot: int, identifier: int | None = None) -> bool:
-    """Did `commit_user` publish a snapshot (with `identifier`, if given) after `after_snapshot`?"""
+    """Did `commit_user` publish a snapshot (with `identifier`, if given) after `after_snapshot`?
+    Snapshots that cannot be read make it unknown (CommitStateUnknownError), never "no": the
+    answer decides whether files are deleted."""
     manager = table.snapshot_manager
-    latest = manager.latest_id() or 0
-    for sid in range(latest, after_snapshot, -1):
-        try:
-            snap = manager.snapshot(sid)
-        except Exception:
-            continue
-        if snap.commit_user == commit_user and (identifier is None or snap.commit_identifier == identifier):
-            return True
+    try:
+        latest = manager.latest_id() or 0
+        for sid in range(latest, after_snapshot, -1):
+            try:
+                snap = manager.snapshot(sid)
+            except SnapshotNotFoundError:
+                continue  # expired meanwhile
+            if snap.commit_user == commit_user and (identifier is None or snap.commit_identifier == identifier):
+                return True
+    except (OSError, CorruptMetadataError) as exc:
+        raise CommitStateUnknownError(f"cannot tell whether commit user {commit_user!r} committed to "
+                                      f"{table.identifier} after snapshot {after_snapshot}: {exc}") from exc
     return False
+
+
+def _keep_files_unknown(table: Table, exc: Exception, count: int) -> None:
+    log.warning("%s: aborting a write whose commit may have landed (%s); kept its %d file(s), orphan-file "
+                "cleanup removes them if it did not", table.identifier, exc, count)
 
 
 def check_columns(names: Sequence[str], table: Table) -> None:
@@ -406,9 +417,14 @@ class StrataBatchWriter(_Committer, DataSourceArrowWriter):
 
     def abort(self, messages: list[Any]) -> None:
         table = self.ref.load()
-        if committed_since(table, self.commit_user, self.base_snapshot, self.identifier):
-            return  # the commit landed after all (e.g. failure after publishing): keep the files
-        delete_files(table, collect(messages))
+        files = collect(messages)
+        try:
+            if committed_since(table, self.commit_user, self.base_snapshot, self.identifier):
+                return  # the commit landed after all (e.g. failure after publishing): keep the files
+        except CommitStateUnknownError as exc:
+            _keep_files_unknown(table, exc, len(files))
+            return
+        delete_files(table, files)
 
 
 class StrataStreamWriter(_Committer, DataSourceStreamArrowWriter):
@@ -479,7 +495,12 @@ class StrataStreamWriter(_Committer, DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         table = self.ref.load()
-        last = table.new_commit(self.commit_user).last_committed_identifier()
+        files = collect(messages)
+        try:
+            last = table.new_commit(self.commit_user).last_committed_identifier()
+        except (OSError, CorruptMetadataError) as exc:
+            _keep_files_unknown(table, exc, len(files))
+            return
         if last is not None and last >= batchId:
             return  # this batch (or its earlier run) is committed: its files may be live
-        delete_files(table, collect(messages))
+        delete_files(table, files)

@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from strata.errors import WriterClosedError
 from strata.format import binary_row
+from strata.operation.callbacks import CommitCallback, run_commit_callbacks
 from strata.operation.commit import CommitResult, FileStoreCommit
 from strata.snapshot.branches import MAIN_BRANCH
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
 from strata.table.commit_message import CommitMessage
 
 if TYPE_CHECKING:
+    from strata.log.kafka import LogCommit
     from strata.table.table import Table
 
 
@@ -32,9 +34,12 @@ class TableCommit:
 
     def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
                properties: Mapping[str, str] | None = None, watermark: int | None = None) -> CommitResult:
+        """Publish the messages; a replayed (user, identifier) is skipped. Outcomes: a result (the
+        snapshots published, and any work after the commit that failed: `callback_failures`); an
+        error after which nothing was published; or CommitStateUnknownError (every file kept)."""
         self._check_open()
-        return self._maintained(self._with_log(messages, identifier, lambda: self._commit.commit(
-            messages, identifier, dict(properties or {}) or None, watermark)))
+        return self._committed(messages, identifier, lambda: self._commit.commit(
+            messages, identifier, dict(properties or {}) or None, watermark))
 
     def overwrite(self, messages: Sequence[CommitMessage], partition: Mapping[str, Any] | None = None,
                   identifier: int = BATCH_COMMIT_IDENTIFIER, dynamic: bool = False,
@@ -50,42 +55,47 @@ class TableCommit:
             targets = sorted({m.partition for m in messages})
             if not targets:
                 return CommitResult()
-        return self._maintained(self._with_log(messages, identifier, lambda: self._commit.overwrite(
-            messages, targets, identifier, dict(properties or {}) or None)))
+        return self._committed(messages, identifier, lambda: self._commit.overwrite(
+            messages, targets, identifier, dict(properties or {}) or None))
 
-    def _maintained(self, result: CommitResult) -> CommitResult:
-        """After a commit that published snapshots: tag, partition, consumer and snapshot expiry
-        (``strata.operation.expire.maintain_after_commit``; skipped for write-only tables), then
-        the Iceberg metadata of the new snapshot (``metadata.iceberg.storage``)."""
-        if result.snapshot_ids:
-            from strata.iceberg import sync_after_commit
-            from strata.operation.expire import maintain_after_commit
+    def callbacks(self, log_commit: LogCommit | None = None) -> list[CommitCallback]:
+        """The work after a commit, in its order (each failure is reported, never raised):
+        1. ``log-commit``: the log store's Kafka transactions (log.system=kafka) commit; after a
+           replay they abort and the published commit's log is repaired (strata.log.kafka);
+        2. ``expiry``: tag, partition, consumer and snapshot expiry, unless write-only
+           (strata.operation.expire.maintain_after_commit);
+        3. ``iceberg-sync``: the Iceberg metadata of the new snapshot and its statistics
+           (metadata.iceberg.storage; main branch only)."""
+        from strata.iceberg import sync_after_commit
+        from strata.operation.expire import maintain_after_commit
 
-            maintain_after_commit(self.table, max(result.snapshot_ids))
-            if self.table.branch == MAIN_BRANCH:  # Iceberg metadata mirrors main only
-                sync_after_commit(self.table)
-        return result
+        table = self.table
+        steps = [CommitCallback("log-commit", log_commit.finish, always=True)] if log_commit is not None else []
+        steps.append(CommitCallback("expiry", lambda result: maintain_after_commit(table, max(result.snapshot_ids))))
+        if table.branch == MAIN_BRANCH:  # Iceberg metadata mirrors main only
+            steps.append(CommitCallback("iceberg-sync", lambda result: sync_after_commit(table)))
+        return steps
 
-    def _with_log(self, messages: Sequence[CommitMessage], identifier: int,
-                  run: Callable[[], CommitResult]) -> CommitResult:
-        """With a log store (log.system=kafka): the snapshot records the log offsets, and the log
-        transaction commits after the snapshot is published (aborts if it fails or is a replay;
-        a replay or a failed log commit repairs the published commit's log, see strata.log.kafka)."""
+    def _committed(self, messages: Sequence[CommitMessage], identifier: int,
+                   run: Callable[[], CommitResult]) -> CommitResult:
+        """Run the file-store commit, then the callbacks. With a log store (log.system=kafka) the
+        snapshot records the log offsets, and a commit that raises aborts the log transaction
+        (after CommitStateUnknownError too: if the snapshot landed, the replay that finds it
+        repairs its log, see strata.log.kafka)."""
         from strata.log.kafka import log_commit_for
 
         log_commit = log_commit_for(self.table, messages, self.commit_user, identifier)
-        if log_commit is None:
-            return run()
-        self._commit.properties_hook = log_commit.snapshot_properties
+        if log_commit is not None:
+            self._commit.properties_hook = log_commit.snapshot_properties
         try:
             result = run()
         except BaseException:
-            log_commit.fail()
+            if log_commit is not None:
+                log_commit.fail()
             raise
         finally:
             self._commit.properties_hook = None
-        log_commit.finish(result)
-        return result
+        return run_commit_callbacks(self.callbacks(log_commit), result, self._commit.metric_table)
 
     def last_committed_identifier(self) -> int | None:
         return self._commit.last_committed_identifier()
