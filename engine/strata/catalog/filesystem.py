@@ -14,7 +14,7 @@ from strata.errors import (
     TableNotFoundError,
 )
 from strata.fs import FileIO, file_io_for
-from strata.names import check_database_name, path_under
+from strata.names import check_database_name, check_table_name, path_under
 from strata.schema.schema_manager import SchemaManager
 from strata.schema.table_schema import TableSchema
 from strata.table.table import Table
@@ -77,6 +77,7 @@ class FileSystemCatalog(Catalog):
                      options: Mapping[str, str] | None = None, comment: str | None = None,
                      ignore_if_exists: bool = False) -> Table:
         ident = Identifier.parse(name)
+        check_table_name(ident.table)  # not a system table or a branch (as Paimon)
         table_schema = self._new_table_schema(ident, schema, partition_keys, primary_keys, options, comment)
         manager = SchemaManager(self.file_io, self.table_path(ident))
         try:
@@ -102,6 +103,7 @@ class FileSystemCatalog(Catalog):
         from strata.iceberg.sync import drop_mirror
 
         ident = Identifier.parse(name)
+        check_table_name(ident.table)  # not a system table or a branch (as Paimon)
         try:
             table = self.get_table(ident)
         except TableNotFoundError:

@@ -47,7 +47,7 @@ from strata.errors import (
     TableNotFoundError,
 )
 from strata.fs import FileIO, file_io_for
-from strata.names import check_database_name, path_under, require_under
+from strata.names import check_database_name, check_table_name, path_under, require_under
 from strata.schema.schema_manager import SchemaManager
 from strata.table.table import Table
 
@@ -260,6 +260,7 @@ class JdbcCatalog(Catalog):
                      options: Mapping[str, str] | None = None, comment: str | None = None,
                      ignore_if_exists: bool = False) -> Table:
         ident = Identifier.parse(name)
+        check_table_name(ident.table)  # not a system table or a branch (as Paimon)
         table_schema = self._new_table_schema(ident, schema, partition_keys, primary_keys, options, comment)
         if self._registered(ident):
             if ignore_if_exists:
@@ -305,6 +306,7 @@ class JdbcCatalog(Catalog):
         from strata.iceberg.sync import drop_mirror
 
         ident = Identifier.parse(name)
+        check_table_name(ident.table)  # not a system table or a branch (as Paimon)
         path = self.table_path(ident) if self._database_exists(ident.database) else None
         with contextlib.suppress(TableNotFoundError, CorruptMetadataError):
             drop_mirror(self.get_table(ident))
