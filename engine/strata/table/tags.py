@@ -20,6 +20,7 @@ from typing import Any
 
 from strata.errors import SnapshotNotFoundError
 from strata.fs import FileIO
+from strata.names import check_tag_name
 from strata.snapshot.snapshot import Snapshot
 
 TAG_PREFIX = "tag-"
@@ -38,14 +39,6 @@ class TagInfo:
         if self.create_time is None or self.time_retained_ms is None:
             return None
         return self.create_time + dt.timedelta(milliseconds=self.time_retained_ms)
-
-
-def check_tag_name(name: str) -> str:
-    if not name or name.isspace():
-        raise ValueError("tag name must not be blank")
-    if "/" in name:
-        raise ValueError(f"tag name {name!r} must not contain '/'")
-    return name
 
 
 def local_datetime_to_json(value: dt.datetime) -> list[int]:
