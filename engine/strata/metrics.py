@@ -279,6 +279,9 @@ ICEBERG_SYNC_FAILURES = _counter("strata_iceberg_sync_failures_total", "Iceberg 
 ICEBERG_SYNC_LAG = _gauge("strata_iceberg_sync_lag_snapshots", "Snapshots the table's Iceberg metadata is "
                           "behind its latest snapshot, after this process's last sync (0: up to date).",
                           T, "iceberg")
+ICEBERG_STATISTICS_FAILURES = _counter("strata_iceberg_statistics_failures_total", "Iceberg statistics "
+                                       "refreshes after a commit that failed (retried after a back-off).",
+                                       T, "iceberg")
 
 def _engine_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -582,6 +585,10 @@ def orphan_cleanup_finished(table: str, files_deleted: int, bytes_deleted: int, 
 def iceberg_sync_failed(table: str, lag_snapshots: int) -> None:
     ICEBERG_SYNC_FAILURES.labels(table).inc()
     ICEBERG_SYNC_LAG.labels(table).set(lag_snapshots)
+
+
+def iceberg_statistics_failed(table: str) -> None:
+    ICEBERG_STATISTICS_FAILURES.labels(table).inc()
 
 
 def iceberg_sync_succeeded(table: str) -> None:

@@ -68,8 +68,7 @@ import prometheus_client as prom
 from strata.catalog import Catalog, Identifier
 from strata.errors import DatabaseNotFoundError, InvalidNameError, TableNotFoundError
 from strata.fs.file_io import FileIO
-from strata.iceberg import latest_metadata_location
-from strata.iceberg.sync import VERSION_HINT
+from strata.iceberg import latest_metadata_location, versions
 from strata.names import check_database_name, check_object_name
 from strata.table.table import Table
 
@@ -233,12 +232,8 @@ class IcebergRestCatalog:
     def _read_current(known: MetadataDir) -> tuple[str, bytes] | None:
         """The newest metadata file of a known directory and its bytes; None when the hint or the
         file is gone (the table was dropped, or a commit moved on meanwhile): resolve again."""
-        try:
-            version = int(known.file_io.read_bytes(f"{known.path}/{VERSION_HINT}").decode().strip())
-            location = f"{known.path}/v{version}.metadata.json"
-            return location, known.file_io.read_bytes(location)
-        except (FileNotFoundError, ValueError):
-            return None
+        current = versions.current(known.file_io, known.path)  # v<N>, or its statistics version
+        return None if current is None else (current.location, current.raw)
 
     def _table_answer(self, location: str, raw: bytes, snapshots: str) -> dict[str, Any]:
         metadata = json.loads(raw)

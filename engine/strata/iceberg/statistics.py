@@ -10,11 +10,22 @@ Facts this follows (Iceberg spec, Trino's TableStatisticsReader):
   statistics file of the queried snapshot or of its nearest ancestor (walking parent-snapshot-id),
   at most one file per snapshot id.
 
-So statistics are computed off the commit path (``strata iceberg stats db.t``), after the first
-commit that gives the table rows, or after a compaction once the table's record count moved by
-more than STALE_FRACTION since the last ones,
-and each new metadata version carries the entries of snapshots it keeps forward (``carried``),
-which keeps Trino on them until the next refresh.
+When they are computed: by ``strata iceberg stats db.t`` (``refresh``), and, with
+``metadata.iceberg.statistics=compaction``, after a commit (``refresh_after_commit``): for the
+first commit that gives the table rows, and after a compaction once the table's record count moved
+by more than STALE_FRACTION since the last ones. That automatic refresh runs after the commit's
+metadata is published (Iceberg readers already see the snapshot), in the committing thread: it
+scans the table, so it runs only up to AUTO_MAX_VALUES column values (larger tables get theirs from
+the command), and a refresh that fails is counted, logged once and retried only after a back-off
+(2, 4, 8... snapshots, recorded in the table's BACKOFF_FILE), not at every commit.
+
+How they are published: a metadata version is never rewritten; statistics go into the version's
+own statistics version, ``v<N>.stats.metadata.json`` (strata.iceberg.versions), and each later
+version carries the entries of the snapshots it keeps (``carried``), which keeps Trino on them until
+the next refresh. A sync that built v<N+1> from v<N> while the statistics version of v<N> was
+being published carries them on itself (``carry_forward``), or the refresh sees v<N+1> and
+publishes its statistics version too (``_attach``); a refresh that publishes nowhere deletes its
+file, one whose outcome is unknown keeps it.
 
 The sketches come from the Apache DataSketches library (``datasketches``, the ``stats`` extra),
 fed column by column, a slice of rows at a time (memory: one slice plus one sketch per column).
@@ -32,6 +43,7 @@ import collections
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -41,7 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from strata.iceberg import puffin
+from strata.iceberg import puffin, versions
 
 if TYPE_CHECKING:
     from strata.table.table import Table
@@ -51,8 +63,11 @@ log = logging.getLogger(__name__)
 LG_K = 12  # 4096 nominal entries (Trino's default): about 1.6% relative standard error
 SLICE_ROWS = 65_536  # rows converted to Python values at a time
 STALE_FRACTION = 0.1  # a compaction refreshes statistics once total-records moved this much
-VERSION_HINT = "version-hint.text"
 ATTACH_ATTEMPTS = 5
+AUTO_MAX_VALUES = 5_000_000  # rows x columns a commit sketches itself (about 1-2 s of sketching)
+MAX_BACKOFF_SNAPSHOTS = 1024  # a failing automatic refresh is retried at most this many snapshots apart
+BACKOFF_FILE = "iceberg-statistics-error.json"  # in the table's directory: the failures of automatic refreshes
+_TOO_LARGE: set[str] = set()  # tables told (once per process) that they are past AUTO_MAX_VALUES
 COMPACTION = "replace"  # the Iceberg operation of a compaction's snapshot
 
 
@@ -141,72 +156,125 @@ def unreferenced(previous: dict[str, Any], metadata: dict[str, Any], metadata_di
             if e["statistics-path"] not in now and e["statistics-path"].startswith(f"{metadata_dir}/")]
 
 
-def _read_hint(table: Table, metadata_dir: str) -> int | None:
-    try:
-        return int(table.file_io.read_bytes(f"{metadata_dir}/{VERSION_HINT}").decode().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def _load(table: Table, metadata_dir: str, version: int) -> dict[str, Any] | None:
-    try:
-        return dict(json.loads(table.file_io.read_bytes(f"{metadata_dir}/v{version}.metadata.json")))
-    except FileNotFoundError:
-        return None
-
-
 def _current_id(metadata: dict[str, Any]) -> int | None:
     current = metadata.get("current-snapshot-id")
     return None if current in (None, -1) else int(current)
 
 
+def _snapshot_ids(metadata: dict[str, Any]) -> set[int]:
+    return {s["snapshot-id"] for s in metadata.get("snapshots") or []}
+
+
 def refresh(table: Table, metadata_dir: str) -> StatisticsResult:
     """Compute the statistics of the published current snapshot, write their Puffin file into
-    ``metadata_dir`` and list it in the newest metadata version (replacing older entries)."""
-    version = _read_hint(table, metadata_dir)
-    metadata = None if version is None else _load(table, metadata_dir, version)
+    ``metadata_dir`` and publish them in the statistics version of the newest metadata version
+    (``v<N>.stats.metadata.json``; see strata.iceberg.versions), replacing older entries.
+    CommitStateUnknownError when the publish cannot be settled (the file is kept)."""
+    current = versions.current(table.file_io, metadata_dir)
+    metadata = None if current is None else current.metadata
     snapshot_id = None if metadata is None else _current_id(metadata)
     if metadata is None or snapshot_id is None:
         return StatisticsResult(None, reason="no Iceberg snapshot published yet")
+    done = next((e for e in metadata.get("statistics") or [] if e.get("snapshot-id") == snapshot_id), None)
+    if done is not None:
+        return StatisticsResult(snapshot_id, done["statistics-path"], _listed_ndv(table, snapshot_id, done),
+                                reason=f"statistics of snapshot {snapshot_id} are published already")
     blobs, ndv = compute(table, snapshot_id)
     stats = puffin.write_statistics(blobs, snapshot_id, snapshot_id)
     path = f"{metadata_dir}/{snapshot_id}-{uuid.uuid4()}.stats"
     table.file_io.write_bytes(path, stats.data)
     entry = {"snapshot-id": snapshot_id, "statistics-path": path, "file-size-in-bytes": len(stats.data),
              "file-footer-size-in-bytes": stats.footer_size, "blob-metadata": stats.blob_metadata}
-    replaced = _attach(table, metadata_dir, entry)
-    if replaced is None:
-        table.file_io.delete(path)
-        return StatisticsResult(snapshot_id, reason=f"snapshot {snapshot_id} left the Iceberg metadata meanwhile")
-    for old in replaced:
+    outcome = _attach(table, metadata_dir, entry)
+    if outcome.published is None:
+        _delete(table, path)  # definitely in no metadata version
+        return StatisticsResult(snapshot_id, reason=outcome.reason)
+    for old in outcome.replaced:
         if old.startswith(f"{metadata_dir}/") and old != path:
             _delete(table, old)
-    return StatisticsResult(snapshot_id, path, ndv)
+    return StatisticsResult(snapshot_id, path if outcome.published else None, ndv, reason=outcome.reason)
 
 
-def _attach(table: Table, metadata_dir: str, entry: dict[str, Any]) -> list[str] | None:
-    """List `entry` in the newest metadata version, rewritten in place (a metadata version is named
-    by its Paimon snapshot, so statistics cannot make a new one). A sync that read the version
-    before and published the next one meanwhile is followed. Returns the statistics paths the
-    entry replaced, or None when its snapshot is no longer in the metadata."""
+def _listed_ndv(table: Table, snapshot_id: int, entry: dict[str, Any]) -> dict[str, int]:
+    schema = table.schema_at(table.snapshot_manager.snapshot(snapshot_id).schema_id)
+    names = {f.id: f.name for f in schema.fields}
+    return {names[b["fields"][0]]: int(b["properties"]["ndv"]) for b in entry.get("blob-metadata") or []
+            if b.get("fields") and b["fields"][0] in names and "ndv" in (b.get("properties") or {})}
+
+
+@dataclass
+class _Attached:
+    published: bool | None  # True: listed in the current version; False: in a superseded one; None: in none
+    replaced: list[str]
+    reason: str = ""
+
+
+def _attach(table: Table, metadata_dir: str, entry: dict[str, Any]) -> _Attached:
+    """Publish `entry` in the statistics version of the newest metadata version. A version is
+    never rewritten: ``v<N>.stats.metadata.json`` is created once. A sync that read v<N> before
+    the statistics version existed and publishes v<N+1> meanwhile either sees it after its own
+    publish (and carries the entry on: ``carry_forward``) or is seen here (v<N+1> exists after
+    ours is published): then the entry goes into v<N+1>'s statistics version too. Each side
+    writes, then looks for the other's write, so one of the two always sees the other."""
+    io = table.file_io
+    published_in: int | None = None
     replaced: list[str] = []
-    version = _read_hint(table, metadata_dir)
+    version = versions.read_hint(io, metadata_dir)
     for _ in range(ATTACH_ATTEMPTS):
-        metadata = None if version is None else _load(table, metadata_dir, version)
-        if metadata is None or entry["snapshot-id"] not in {s["snapshot-id"] for s in metadata["snapshots"]}:
-            return None
-        old = metadata.get("statistics") or []
-        if any(e["snapshot-id"] > entry["snapshot-id"] for e in old):
-            return [entry["statistics-path"]]  # newer statistics exist: ours are superseded
-        replaced += [e["statistics-path"] for e in old]
-        metadata["statistics"] = [entry]
-        table.file_io.write_bytes(f"{metadata_dir}/v{version}.metadata.json",
-                                  json.dumps(metadata, indent=1).encode())
-        latest = _read_hint(table, metadata_dir)
-        if latest == version:
-            return replaced
-        version = latest
-    return replaced
+        current = versions.load(io, metadata_dir, version)
+        if current is None or version is None:
+            return _lost(published_in, replaced, "the Iceberg metadata moved on meanwhile")
+        metadata = current.metadata
+        listed = metadata.get("statistics") or []
+        if entry["snapshot-id"] not in _snapshot_ids(metadata):
+            return _lost(published_in, replaced, f"snapshot {entry['snapshot-id']} left the Iceberg metadata")
+        if any(e["statistics-path"] == entry["statistics-path"] for e in listed):
+            published_in = version  # a sync carried it forward
+        elif any(e["snapshot-id"] > entry["snapshot-id"] for e in listed):
+            return _lost(published_in, replaced, "newer statistics are published")
+        elif current.with_statistics:
+            return _lost(published_in, replaced, f"metadata version {version} has its statistics already")
+        else:
+            metadata["statistics"] = [entry]
+            if versions.publish(io, versions.statistics_file(metadata_dir, version),
+                                json.dumps(metadata, indent=1).encode()):
+                published_in = version
+                replaced += [e["statistics-path"] for e in listed]
+            else:
+                continue  # another refresh's statistics version won: look at it
+        if not io.exists(versions.metadata_file(metadata_dir, version + 1)):
+            return _Attached(True, replaced)
+        version += 1
+    return _lost(published_in, replaced, "the Iceberg metadata kept moving; a later refresh publishes them")
+
+
+def _lost(published_in: int | None, replaced: list[str], reason: str) -> _Attached:
+    """Not attached now: nowhere (None) unless an earlier round published it (kept, not current)."""
+    return _Attached(None if published_in is None else False, [] if published_in is None else replaced, reason)
+
+
+def carry_forward(table: Table, metadata_dir: str, previous_version: int, version: int,
+                  metadata: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The sync's half of ``_attach``'s handshake: after publishing `version` (`metadata`) from
+    the plain v<previous_version>, a statistics version of the previous one that appeared
+    meanwhile has its entries carried into `version`'s statistics version. Returns (the
+    statistics version of the previous one, the metadata now current), or None if there is none."""
+    io = table.file_io
+    path = versions.statistics_file(metadata_dir, previous_version)
+    if not io.exists(path):
+        return None
+    try:
+        previous = dict(json.loads(io.read_bytes(path)))
+    except FileNotFoundError:
+        return None
+    entries = carried(previous, metadata["snapshots"])
+    if not entries:
+        return None
+    with_stats = {**metadata, "statistics": entries}
+    if not versions.publish(io, versions.statistics_file(metadata_dir, version),
+                            json.dumps(with_stats, indent=1).encode()):
+        with_stats = dict(json.loads(io.read_bytes(versions.statistics_file(metadata_dir, version))))
+    return previous, with_stats
 
 
 def _delete(table: Table, path: str) -> None:
@@ -240,15 +308,70 @@ def _records(snapshot: dict[str, Any]) -> int:
 
 def refresh_after_commit(table: Table, metadata_dir: str, published: dict[str, Any] | None) -> None:
     """The commit's follow-up (``metadata.iceberg.statistics=compaction``), given the metadata its
-    sync published (None: nothing published): compute statistics for a table's first rows, and
-    refresh them when a compaction left them stale. No request is made otherwise. A failure is
-    logged; the commit and its metadata stand."""
+    sync published (None: nothing published): statistics for a table's first rows, and a refresh
+    when a compaction left them stale. It runs after the metadata is published, in the committing
+    thread, and only when bounded: at most AUTO_MAX_VALUES column values to sketch (larger tables:
+    ``strata iceberg stats``). No request is made unless a refresh is due. A failure is counted
+    (``strata_iceberg_statistics_failures_total``), logged in one warning line and recorded with a
+    back-off (BACKOFF_FILE): the next attempt waits 2, 4, 8... snapshots. Never raises."""
     if published is None or str(table.core.get("metadata.iceberg.statistics")) != "compaction":
         return
     try:
-        if stale(published):
-            refresh(table, metadata_dir)
+        due = _due(table, published)
+    except Exception as exc:  # the back-off record is unreadable: skip this time, say why
+        log.warning("table %s: Iceberg statistics not refreshed (%s: %s)", table.identifier, type(exc).__name__, exc)
+        return
+    if due is None:
+        return
+    snapshot_id, backoff = due
+    try:
+        refresh(table, metadata_dir)
     except ImportError:
         log.info("table %s: Iceberg statistics need the datasketches package (the stats extra)", table.identifier)
-    except Exception:
-        log.warning("table %s: Iceberg statistics refresh failed", table.identifier, exc_info=True)
+        return
+    except Exception as exc:
+        _record_failure(table, snapshot_id, backoff, exc)
+        return
+    if backoff is not None:
+        with contextlib.suppress(Exception):
+            table.file_io.delete(f"{table.path}/{BACKOFF_FILE}")
+
+
+def _due(table: Table, published: dict[str, Any]) -> tuple[int, dict[str, Any] | None] | None:
+    """(snapshot id, back-off record) when an automatic refresh should run now, else None."""
+    if not stale(published):
+        return None
+    snapshot_id = _current_id(published)
+    current = next((s for s in published["snapshots"] if s["snapshot-id"] == snapshot_id), None)
+    if snapshot_id is None or current is None:
+        return None
+    columns = sum(1 for f in table.schema.fields if _sketchable(f.type.to_arrow()))
+    if _records(current) * columns > AUTO_MAX_VALUES:
+        if str(table.identifier) not in _TOO_LARGE:
+            _TOO_LARGE.add(str(table.identifier))
+            log.info("table %s: %d rows x %d columns is past the automatic statistics bound (%d values); "
+                     "run `strata iceberg stats %s`", table.identifier, _records(current), columns,
+                     AUTO_MAX_VALUES, table.identifier)
+        return None
+    try:
+        backoff = dict(json.loads(table.file_io.read_bytes(f"{table.path}/{BACKOFF_FILE}")))
+    except FileNotFoundError:
+        backoff = None
+    if backoff is not None and snapshot_id < int(backoff.get("retry-at-snapshot", 0)):
+        return None
+    return snapshot_id, backoff
+
+
+def _record_failure(table: Table, snapshot_id: int, backoff: dict[str, Any] | None, exc: BaseException) -> None:
+    from strata import metrics
+
+    failures = int((backoff or {}).get("failures", 0)) + 1
+    retry_at = snapshot_id + min(2 ** failures, MAX_BACKOFF_SNAPSHOTS)
+    with contextlib.suppress(Exception):
+        metrics.iceberg_statistics_failed(str(table.identifier))
+    record = {"time-ms": int(time.time() * 1000), "snapshot-id": snapshot_id, "failures": failures,
+              "retry-at-snapshot": retry_at, "error": f"{type(exc).__name__}: {exc}"}
+    with contextlib.suppress(Exception):
+        table.file_io.write_bytes(f"{table.path}/{BACKOFF_FILE}", json.dumps(record).encode())
+    log.warning("table %s: Iceberg statistics refresh failed (%s: %s); %d failure(s) in a row, next attempt "
+                "at snapshot %d", table.identifier, type(exc).__name__, exc, failures, retry_at)

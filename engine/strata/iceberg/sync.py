@@ -42,9 +42,10 @@ from typing import TYPE_CHECKING, Any
 
 from strata.deletionvectors import DeletionVector, read_vectors
 from strata.deletionvectors.index_file import index_path
+from strata.errors import CommitStateUnknownError
 from strata.format import binary_row
 from strata.iceberg import manifests as im
-from strata.iceberg import puffin, statistics
+from strata.iceberg import puffin, statistics, versions
 from strata.iceberg.types import (
     as_iceberg_value,
     bound_bytes,
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-VERSION_HINT = "version-hint.text"
+VERSION_HINT = versions.VERSION_HINT
 ERROR_FILE = "iceberg-sync-error.json"  # in the table's directory: the last failed sync (strata iceberg status)
 SCHEMA_ONLY_VERSION = 0  # v0.metadata.json: the schema before the first snapshot
 _FAILED: set[str] = set()  # tables whose sync failed in this process (their error file is cleared on success)
@@ -88,28 +89,31 @@ def table_location(table: Table) -> str:
 
 
 def latest_metadata_location(table: Table) -> str | None:
-    """The newest ``v<N>.metadata.json`` of the table, or None before the first sync."""
-    metadata_dir = _uri(f"{table_location(table)}/metadata")
-    version = _read_hint(table, metadata_dir)
-    return None if version is None else f"{metadata_dir}/v{version}.metadata.json"
+    """The newest metadata file of the table (``v<N>.metadata.json``, or its statistics version),
+    or None before the first sync."""
+    return versions.current_location(table.file_io, _uri(f"{table_location(table)}/metadata"))
 
 
 def sync_after_commit(table: Table) -> None:
-    """The commit's follow-up: publish Iceberg metadata for the latest snapshot. A failure never
-    fails the (already durable) commit; the next commit or ``strata iceberg sync`` catches up."""
+    """The commit's follow-up: publish Iceberg metadata for the latest snapshot, then statistics
+    if due. Never raises: the commit is durable whatever happens here; a failure (an unknown
+    outcome included) is counted, logged in one warning line and left in the table's error file,
+    and the next commit or ``strata iceberg sync`` catches up."""
     if not enabled(table):
         return
-    sync = IcebergSync(table)
+    sync: IcebergSync | None = None
     try:
+        sync = IcebergSync(table)
         sync.sync()
     except Exception as exc:
-        sync.record_failure(exc)
-        log.warning("table %s: Iceberg metadata sync failed (%s: %s); `strata iceberg status %s` tells how "
-                    "far the mirror is behind", table.identifier, type(exc).__name__, exc, table.identifier,
-                    exc_info=log.isEnabledFor(logging.DEBUG))
+        report_failure(table, exc, "Iceberg metadata sync failed")
         return
-    sync.record_success()
-    statistics.refresh_after_commit(table, sync.dir, sync.published)  # NDV sketches, if a compaction left them stale
+    try:
+        sync.record_success()
+    except Exception as exc:  # only bookkeeping: the metadata is published
+        log.warning("table %s: Iceberg metadata published; clearing its error record failed (%s: %s)",
+                    table.identifier, type(exc).__name__, exc)
+    statistics.refresh_after_commit(table, sync.dir, sync.published)  # never raises
 
 
 def publish_schema(table: Table) -> None:
@@ -119,17 +123,38 @@ def publish_schema(table: Table) -> None:
     with snapshots that has no metadata yet (the option was just set) gets its latest snapshot's."""
     if not enabled(table):
         return
-    if table.snapshot_manager.latest() is not None:
-        if latest_metadata_location(table) is None:
-            sync_after_commit(table)
-        return
-    sync = IcebergSync(table)
     try:
-        sync.publish_schema()
+        if table.snapshot_manager.latest() is not None:
+            if latest_metadata_location(table) is None:
+                sync_after_commit(table)
+            return
+        IcebergSync(table).publish_schema()
     except Exception as exc:
-        sync.record_failure(exc)
-        log.warning("table %s: schema-only Iceberg metadata not published (%s: %s)", table.identifier,
-                    type(exc).__name__, exc)
+        report_failure(table, exc, "schema-only Iceberg metadata not published")
+
+
+def report_failure(table: Table, exc: BaseException, what: str) -> None:
+    """Count a failed sync, leave its reason where `strata iceberg status` finds it, and log one
+    warning line. Never raises (what fails the sync may fail the bookkeeping too)."""
+    from strata import metrics
+
+    name = str(table.identifier)
+    _FAILED.add(name)
+    try:
+        status = sync_status(table)
+        latest, behind = status.latest_snapshot, status.behind
+    except Exception:  # the store is unreachable: at least the snapshot just committed is behind
+        latest, behind = None, 1
+    try:
+        metrics.iceberg_sync_failed(name, max(behind, 1))
+    except Exception:  # a metrics registry problem must not surface either
+        log.debug("table %s: sync failure not counted", name, exc_info=True)
+    record = {"time-ms": int(time.time() * 1000), "snapshot-id": latest, "error": f"{type(exc).__name__}: {exc}"}
+    with contextlib.suppress(Exception):
+        table.file_io.write_bytes(f"{table.path}/{ERROR_FILE}", json.dumps(record).encode())
+    unknown = " (outcome unknown: every file kept)" if isinstance(exc, CommitStateUnknownError) else ""
+    log.warning("table %s: %s%s (%s: %s); `strata iceberg status %s` tells how far the mirror is behind",
+                name, what, unknown, type(exc).__name__, exc, name, exc_info=log.isEnabledFor(logging.DEBUG))
 
 
 @dataclass
@@ -170,10 +195,16 @@ def drop_mirror(table: Table) -> None:
 
 
 def _read_hint(table: Table, metadata_dir: str) -> int | None:
-    try:
-        return int(table.file_io.read_bytes(f"{metadata_dir}/{VERSION_HINT}").decode().strip())
-    except (FileNotFoundError, ValueError):
-        return None
+    return versions.read_hint(table.file_io, metadata_dir)
+
+
+def _statistics_sibling(location: str) -> str:
+    """``v<N>.stats.metadata.json`` for ``v<N>.metadata.json`` and the other way round: the two
+    files of one metadata version go together."""
+    base, name = location.rsplit("/", 1)
+    number = int(name[1:name.index(".")])
+    sibling = versions.statistics_file(base, number)
+    return sibling if sibling != location else versions.metadata_file(base, number)
 
 
 def _format(metadata: dict[str, Any]) -> int:
@@ -216,6 +247,7 @@ class IcebergSync:
         self.iceberg_schema = schema_json(table.schema)
         self.prefix = uuid.uuid4().hex
         self._written = 0
+        self._written_paths: list[str] = []  # files under this sync's prefix (deleted if it loses)
         self.published: dict[str, Any] | None = None  # the metadata the last _sync wrote
 
     # -- entry point -------------------------------------------------------------------------------
@@ -278,16 +310,9 @@ class IcebergSync:
     # -- failures ----------------------------------------------------------------------------------
     def record_failure(self, exc: BaseException) -> None:
         """Count the failure, set the lag and leave its reason in the table's directory (outside the
-        Iceberg metadata, which may be what fails), where `strata iceberg status` finds it."""
-        from strata import metrics
-
-        status = sync_status(self.table)
-        metrics.iceberg_sync_failed(str(self.table.identifier), status.behind)
-        record = {"time-ms": int(time.time() * 1000), "snapshot-id": status.latest_snapshot,
-                  "error": f"{type(exc).__name__}: {exc}"}
-        _FAILED.add(str(self.table.identifier))
-        with contextlib.suppress(Exception):
-            self.file_io.write_bytes(f"{self.table.path}/{ERROR_FILE}", json.dumps(record).encode())
+        Iceberg metadata, which may be what fails), where `strata iceberg status` finds it. Never
+        raises."""
+        report_failure(self.table, exc, "Iceberg metadata sync failed")
 
     def record_success(self, clear_error: bool = False) -> None:
         """The mirror is up to date. A recorded failure stays until `clear_error` (an explicit
@@ -324,32 +349,64 @@ class IcebergSync:
         return out[::-1]
 
     def _sync(self, snapshot: Snapshot) -> SyncResult:
-        location = f"{self.dir}/v{snapshot.id}.metadata.json"
+        location = versions.metadata_file(self.dir, snapshot.id)
         previous_id = _read_hint(self.table, self.dir)
         rolled_back = previous_id is not None and previous_id >= snapshot.id
         if rolled_back:
             if self._published(snapshot):
+                self._repair_hint(snapshot.id)
                 return SyncResult(snapshot.id, location, up_to_date=True)
             previous_id = None  # the table was rolled back past the published metadata: start anew
-        previous = self._load(previous_id)
+        loaded = versions.load(self.file_io, self.dir, previous_id)
+        previous = loaded.metadata if loaded is not None else None
         if previous is not None and _format(previous) > self.format_version:
             log.info("table %s: Iceberg metadata goes back from format %d to %d: its history starts anew",
                      self.table.identifier, _format(previous), self.format_version)
             previous = None  # Iceberg has no downgrade (as Paimon: metadata created without a base)
         self.file_io.mkdirs(self.dir)
         manifest_list, full, counts, lineage = self._manifest_list(snapshot, previous)
-        data = json.dumps(self._metadata(snapshot, previous, manifest_list, counts, lineage), indent=1).encode()
+        metadata = self._metadata(snapshot, previous, manifest_list, counts, lineage)
+        data = json.dumps(metadata, indent=1).encode()
         if rolled_back:
-            self.file_io.write_bytes(location, data)
-        elif not self.file_io.write_new(location, data):
-            return SyncResult(snapshot.id, location, up_to_date=True)  # a concurrent sync published it
+            self.file_io.write_bytes(location, data)  # replaces the metadata of a snapshot rolled back
+        elif not self._publish(location, data):
+            self._discard_written()  # definitely not ours: a concurrent sync published this snapshot
+            if self._published(snapshot):
+                self._repair_hint(snapshot.id)
+            return SyncResult(snapshot.id, location, up_to_date=True)
+        self._written_paths.clear()  # published: from here on they are the metadata's files
         if rolled_back or (_read_hint(self.table, self.dir) or 0) < snapshot.id:
             self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(snapshot.id).encode())
-        metadata = json.loads(data)
         self.published = metadata
+        if loaded is not None and previous is not None and not loaded.with_statistics:
+            # statistics published for the previous version while this one was built: carry them on
+            carried = statistics.carry_forward(self.table, self.dir, loaded.number, snapshot.id, metadata)
+            if carried is not None:
+                previous, self.published = carried
         if previous is not None:
-            self._clean(previous, metadata, previous_id)
+            try:
+                self._clean(previous, self.published, previous_id)
+            except OSError as exc:  # files left are only unreferenced ones: the next sync's clean retries
+                log.warning("table %s: Iceberg metadata of snapshot %d published; cleaning older files "
+                            "failed (%s)", self.table.identifier, snapshot.id, exc)
         return SyncResult(snapshot.id, location, full, counts["total-data-files"], counts["total-delete-files"])
+
+    def _publish(self, location: str, data: bytes) -> bool:
+        """True: our metadata version is published; False: a concurrent sync's is (ours is not).
+        CommitStateUnknownError (every file kept) when neither can be told."""
+        return versions.publish(self.file_io, location, data)
+
+    def _repair_hint(self, version: int) -> None:
+        """A version published without its hint (the hint write failed after it) gets it now."""
+        if (_read_hint(self.table, self.dir) or 0) < version:
+            self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(version).encode())
+
+    def _discard_written(self) -> None:
+        """Delete the manifests, manifest list and Puffin files this sync wrote under its own prefix
+        (no other metadata names them: its version was definitely not published)."""
+        for path in self._written_paths:
+            self._delete(path)
+        self._written_paths.clear()
 
     def _published(self, snapshot: Snapshot) -> bool:
         """Metadata for exactly this snapshot exists (not for a snapshot of the same id that a
@@ -360,12 +417,8 @@ class IcebergSync:
         return bool(self._current(existing)["timestamp-ms"] == snapshot.time_millis)
 
     def _load(self, version: int | None) -> dict[str, Any] | None:
-        if version is None:
-            return None
-        try:
-            return dict(json.loads(self.file_io.read_bytes(f"{self.dir}/v{version}.metadata.json")))
-        except FileNotFoundError:
-            return None
+        loaded = versions.load(self.file_io, self.dir, version)
+        return None if loaded is None else loaded.metadata
 
     # -- manifests ---------------------------------------------------------------------------------
     def _manifest_list(self, snapshot: Snapshot, previous: dict[str, Any] | None
@@ -388,6 +441,7 @@ class IcebergSync:
         parent = self._current_id(previous)
         lineage = self._assign_row_ids(manifests, previous) if self.format_version >= 3 else None
         path = f"{self.dir}/snap-{snapshot.id}-{self.prefix}.avro"
+        self._written_paths.append(path)
         self.file_io.write_bytes(path, im.encode_manifest_list(manifests, snapshot.id, parent, snapshot.id,
                                                                self.compression, self.format_version,
                                                                lineage[0] if lineage else 0))
@@ -465,6 +519,7 @@ class IcebergSync:
     def _write_manifest(self, entries: list[im.Entry], content: int, snapshot_id: int) -> im.ManifestFile:
         self._written += 1
         path = f"{self.dir}/{self.prefix}-s{snapshot_id}-m{self._written}.avro"
+        self._written_paths.append(path)
         data = im.encode_manifest(entries, self.spec, self._spec_json(), self.iceberg_schema, content,
                                   self.compression, self.format_version)
         self.file_io.write_bytes(path, data)
@@ -615,6 +670,7 @@ class IcebergSync:
                                    entry.dv_ranges or [])
             data, blobs = puffin.write_puffin([(path, vectors[name]) for path, name in targets])
             target = f"{stem}{self.prefix}.puffin"
+            self._written_paths.append(target)
             self.file_io.write_bytes(target, data)
             partition = self._partition(entry.partition)
             for b in blobs:
@@ -730,9 +786,10 @@ class IcebergSync:
         if self.table.core.get("metadata.iceberg.delete-after-commit.enabled"):
             logged = {e["metadata-file"] for e in metadata["metadata-log"]}
             for entry in [*previous.get("metadata-log", []),
-                          {"metadata-file": f"{self.dir}/v{previous_version}.metadata.json"}]:
+                          {"metadata-file": versions.metadata_file(self.dir, previous_version or 0)}]:
                 if entry["metadata-file"] not in logged:
                     self._delete(entry["metadata-file"])
+                    self._delete(_statistics_sibling(entry["metadata-file"]))
 
     def _referenced(self, manifest_list: str) -> set[str]:
         """The manifests and the delete files of ours (position-delete or Puffin files in the

@@ -110,7 +110,8 @@ def test_schema_only_metadata_from_creation_to_the_first_snapshot(catalog: strat
     assert third["table-uuid"] == first["table-uuid"] and third["current-snapshot-id"] == 1
     listing = sorted(s.path.rsplit("/", 1)[-1] for s in table.file_io.list_status(f"{table.path}/metadata")
                      if s.path.endswith(".metadata.json"))
-    assert listing == ["v1.metadata.json"]  # the schema-only file went with delete-after-commit
+    # the schema-only file went with delete-after-commit; the first rows' statistics are v1's own version
+    assert listing == ["v1.metadata.json", "v1.stats.metadata.json"]
     table.add_column("x", pa.int32())  # after the first snapshot: the next commit publishes the change
     assert metadata(catalog.get_table("db.fresh"))["current-snapshot-id"] == 1
 
