@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 
 import pyarrow as pa
@@ -145,16 +146,103 @@ def test_fast_forward_takes_snapshots_schemas_and_tags(table, catalog, warehouse
     assert main.latest_snapshot().id > latest and (10, "m10", 1) in rows(main)
 
 
-def test_fast_forward_with_fewer_snapshots_drops_mains_later_ones(table, catalog):
+def test_fast_forward_with_fewer_snapshots_drops_mains_later_ones_under_the_lock(table, catalog):
     table.write(batch([5], "m"))
     b = table.create_branch("b1", from_snapshot=2)  # the first write's compaction
     assert rows(b) == [(1, "m1"), (2, "m2"), (3, "m3")]
-    assert table.fast_forward("b1") == 2
+    exclusive = threading.Lock()  # stands for a catalog lock every commit takes
+    assert BranchManager(table.file_io, table.path).fast_forward("b1", lock=lambda: exclusive) == 2
     main = catalog.get_table("db.t")
     assert [s.id for s in main.snapshots()] == [1, 2] and rows(main) == rows(b)
     main.write(batch([6], "m"))
     assert main.snapshot_manager.snapshot(3).commit_kind == "APPEND"
     assert rows(main) == [(1, "m1"), (2, "m2"), (3, "m3"), (6, "m6")]
+
+
+def test_fast_forward_with_fewer_snapshots_is_refused_where_commits_take_no_lock(table, catalog):
+    """Deleting main's later snapshots would race main's committers (they publish create-if-absent,
+    without a lock): a commit landing meanwhile would be deleted after it was acknowledged."""
+    table.write(batch([5], "m"))
+    table.create_branch("b1", from_snapshot=2)
+    before = [s.id for s in table.snapshots()]
+    with pytest.raises(strata.errors.StrataError, match=r"not ahead of main .* take the table lock"):
+        table.fast_forward("b1")
+    main = catalog.get_table("db.t")
+    assert [s.id for s in main.snapshots()] == before and (5, "m5") in rows(main)
+
+
+def test_fast_forward_copies_schemas_before_its_snapshots_are_visible(table, catalog, warehouse_io):
+    b = table.create_branch("b1", from_tag="t1")
+    b = b.add_column("extra", pa.int32())
+    for i in range(3):
+        b.write(pa.table({"id": [20 + i], "v": ["b"], "extra": [i]}))
+    seen = []
+    real_write_new = warehouse_io.write_new
+
+    def watch(path: str, data: bytes) -> bool:
+        if "/snapshot/snapshot-" in path:  # the moment a branch snapshot becomes main's
+            seen.append(warehouse_io.exists(f"{table.path}/schema/schema-1"))
+        return real_write_new(path, data)
+
+    manager = BranchManager(warehouse_io, table.path)
+    warehouse_io.write_new = watch  # type: ignore[method-assign]
+    try:
+        manager.fast_forward("b1")
+    finally:
+        del warehouse_io.write_new
+    assert seen and all(seen), "a claimed snapshot was visible before the schema it uses"
+    assert catalog.get_table("db.t").schema.id == 1
+
+
+def test_fast_forward_races_main_committers_without_a_lock(catalog):
+    """Threads on one local warehouse: main's writer commits while fast-forwards run; each
+    fast-forward wins whole (main is the branch, main's later commits on top) or fails with a
+    conflict, and no acknowledged main commit published after the last win is lost."""
+    table = catalog.create_table("db.race", SCHEMA, primary_keys=["id"], options={"bucket": "1", "write-only": "true"})
+    table.write(batch([1, 2, 3], "m"))
+    b = table.create_branch("b1", from_snapshot=1)
+    for i in range(12):  # well ahead of main
+        b.write(batch([100 + i], "b"))
+    branch_rows = set(rows(b))
+    done, errors, acknowledged = threading.Event(), [], []
+
+    def main_writer():
+        try:
+            writer = catalog.get_table("db.race")
+            for i in range(8):
+                commit = writer.write(batch([1000 + i], "w"))
+                acknowledged.append((commit.snapshot_ids, 1000 + i))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=main_writer)
+    thread.start()
+    outcomes = []
+    while not done.is_set() or not outcomes:
+        try:
+            outcomes.append(("won", catalog.get_table("db.race").fast_forward("b1")))
+        except CommitConflictError:
+            outcomes.append(("conflict", None))
+        except strata.errors.StrataError as exc:  # main's writer got ahead of the branch
+            assert "not ahead of main" in str(exc)
+            outcomes.append(("refused", None))
+            break  # it stays so
+    thread.join(120)
+    assert not errors, errors
+    main = catalog.get_table("db.race")
+    ids = [s.id for s in main.snapshots()]
+    assert ids == list(range(ids[0], ids[-1] + 1)), "one contiguous chain"
+    for sid in ids:  # every snapshot readable
+        main.to_arrow(snapshot_id=sid)
+    print(f"fast-forward outcomes: {outcomes}")
+    won = [latest for outcome, latest in outcomes if outcome == "won"]
+    after = {(k, f"w{k}") for sids, k in acknowledged if won and min(sids) > won[-1]}
+    if won:
+        assert set(rows(main)) == branch_rows | after, outcomes
+    else:
+        assert {(k, f"w{k}") for _, k in acknowledged} <= set(rows(main))
 
 
 def test_fast_forward_racing_a_main_commit_fails_whole(table, catalog):
