@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from strata.manifest.manifest_file_meta import ManifestFileMeta
 from strata.snapshot.snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from strata.snapshot.snapshot_manager import SnapshotManager
     from strata.table.table import Table
 
 log = logging.getLogger(__name__)
@@ -244,24 +246,105 @@ class SharedFiles:
 
 def other_branches_files(table: Table, files: TableFiles) -> SharedFiles:
     """Every file a snapshot or tag of another branch of `table` uses (nothing without branches).
-    A branch's files are those of its earliest snapshot and tags plus what its later deltas add."""
-    from strata.snapshot.snapshot_manager import SnapshotManager
+    A branch's files are those of its earliest snapshot and tags plus what its later deltas add.
+    What each snapshot and tag contributes is kept per process (``_RefFiles``), so an expiry reads
+    only the snapshots a branch gained since the last one, not the branch's whole history."""
     from strata.table.tags import TagManager
 
     shared = SharedFiles()
     for ref in table.branches.ref_paths(exclude=table.branch):
-        snapshots = list(SnapshotManager(table.file_io, ref).snapshots())
-        tags = TagManager(table.file_io, ref).tagged_snapshots()
-        for snap in [*snapshots[:1], *tags]:
-            shared.data |= files.live_keys(snap)
-        for snap in snapshots:
-            shared.data.update(file_key(e) for e in files.added_in_delta(snap))
-            shared.data.update(file_key(e) for e in files.changelog_files(snap))
-            shared.metadata.update(n for n in (snap.changelog_manifest_list,) if n)
-            shared.metadata.update(m.file_name for m in files.manifest_list(snap.changelog_manifest_list))
-        for snap in [*snapshots, *tags]:
-            shared.metadata |= files.metadata_names(snap)
+        with _REF_LOCK:
+            cached = _REF_FILES.pop(ref, None)
+        ref_files = _RefFiles.refreshed(cached, files, ref)
+        with _REF_LOCK:
+            _REF_FILES[ref] = ref_files
+        shared.data |= ref_files.earliest_live
+        for data, metadata in ref_files.per_snapshot.values():
+            shared.data |= data
+            shared.metadata |= metadata
+        for tag in TagManager(table.file_io, ref).tagged_snapshots():
+            data, metadata = _tag_files(files, ref, tag)
+            shared.data |= data
+            shared.metadata |= metadata
     return shared
+
+
+@dataclass
+class _RefFiles:
+    """What one branch's live snapshots contribute to `SharedFiles`: per snapshot, the data and
+    changelog files its delta adds and the metadata files it names; and the data files of its
+    earliest snapshot. Valid while `latest` is unchanged on disk: snapshots form a chain, so a
+    rollback or fast-forward that replaced an older one replaced (or removed) the latest too."""
+
+    latest: Snapshot | None = None
+    earliest: Snapshot | None = None
+    earliest_live: set[FileKey] = field(default_factory=set)
+    per_snapshot: dict[int, tuple[frozenset[FileKey], frozenset[str]]] = field(default_factory=dict)
+
+    @classmethod
+    def refreshed(cls, cached: _RefFiles | None, files: TableFiles, ref: str) -> _RefFiles:
+        from strata.snapshot.snapshot_manager import SnapshotManager
+
+        manager = SnapshotManager(files.file_io, ref)
+        earliest_id, latest_id = manager.earliest_id(), manager.latest_id()
+        if earliest_id is None or latest_id is None:
+            return cls()
+        if cached is None or cached.latest is None or not _still(manager, cached.latest) or \
+                cached.latest.id > latest_id:
+            cached = cls()
+        out = cls(latest=cached.latest, earliest=cached.earliest,
+                  per_snapshot={sid: c for sid, c in cached.per_snapshot.items() if sid >= earliest_id})
+        for sid in range(earliest_id, latest_id + 1):
+            if sid in out.per_snapshot:
+                continue
+            try:
+                snap = manager.snapshot(sid)
+            except SnapshotNotFoundError:
+                continue  # expired concurrently
+            out.per_snapshot[sid] = _snapshot_files(files, snap)
+            if out.latest is None or sid >= out.latest.id:
+                out.latest = snap
+        if cached.earliest is not None and cached.earliest.id == earliest_id and _still(manager, cached.earliest):
+            out.earliest_live = cached.earliest_live
+        else:
+            with contextlib.suppress(SnapshotNotFoundError):
+                out.earliest = manager.snapshot(earliest_id)
+                out.earliest_live = files.live_keys(out.earliest)
+        return out
+
+
+def _still(manager: SnapshotManager, snapshot: Snapshot) -> bool:
+    """Snapshot `snapshot.id` on disk is still `snapshot` (one read)."""
+    try:
+        return manager.snapshot(snapshot.id) == snapshot
+    except SnapshotNotFoundError:
+        return False
+
+
+def _snapshot_files(files: TableFiles, snap: Snapshot) -> tuple[frozenset[FileKey], frozenset[str]]:
+    data = {file_key(e) for e in files.added_in_delta(snap)} | {file_key(e) for e in files.changelog_files(snap)}
+    metadata = files.metadata_names(snap)
+    if snap.changelog_manifest_list:
+        metadata.add(snap.changelog_manifest_list)
+        metadata.update(m.file_name for m in files.manifest_list(snap.changelog_manifest_list))
+    return frozenset(data), frozenset(metadata)
+
+
+def _tag_files(files: TableFiles, ref: str, tag: Snapshot) -> tuple[frozenset[FileKey], frozenset[str]]:
+    """A tag's data and metadata files, kept per process (a tag names one immutable snapshot)."""
+    key = (ref, tag.id, tag.time_millis, tag.base_manifest_list, tag.delta_manifest_list)
+    with _REF_LOCK:
+        found = _TAG_FILES.get(key)
+    if found is None:
+        found = frozenset(files.live_keys(tag)), frozenset(files.metadata_names(tag))
+        with _REF_LOCK:
+            _TAG_FILES[key] = found
+    return found
+
+
+_REF_LOCK = threading.Lock()
+_REF_FILES: dict[str, _RefFiles] = {}  # by branch path
+_TAG_FILES: dict[tuple[str, int, int, str | None, str | None], tuple[frozenset[FileKey], frozenset[str]]] = {}
 
 
 def try_delete_empty_dir(file_io: FileIO, path: str) -> bool:
