@@ -181,10 +181,11 @@ class LocalFileIO(FileIO):
         return self._fs, ""
 
 
-def read_back(read: Callable[[], T], attempts: int = READ_BACK_ATTEMPTS) -> T:
+def read_back(read: Callable[[], T], attempts: int | None = None) -> T:
     """`read()` retried on OSError (not FileNotFoundError, a definite answer) with a short
     backoff: after an ambiguous write, the outage that broke it often breaks the next read too.
-    The last OSError escapes when no read succeeds."""
+    The last OSError escapes when no read succeeds. `attempts` defaults to READ_BACK_ATTEMPTS."""
+    attempts = attempts or READ_BACK_ATTEMPTS
     wait = 0.05
     for attempt in range(attempts):
         try:

@@ -30,6 +30,7 @@ class TableCommit:
         self._commit = FileStoreCommit(table.file_io, table.path, table.schema, self.commit_user,
                                        publish=table.snapshot_publisher(), branch=table.branch)
         self._commit.metric_table = str(table.identifier)
+        self._added_callbacks: list[CommitCallback] = []
         self.closed = False
 
     def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
@@ -65,7 +66,8 @@ class TableCommit:
         2. ``expiry``: tag, partition, consumer and snapshot expiry, unless write-only
            (strata.operation.expire.maintain_after_commit);
         3. ``iceberg-sync``: the Iceberg metadata of the new snapshot and its statistics
-           (metadata.iceberg.storage; main branch only)."""
+           (metadata.iceberg.storage; main branch only);
+        4. the callbacks given to ``add_callback``, in the order given."""
         from strata.iceberg import sync_after_commit
         from strata.operation.expire import maintain_after_commit
 
@@ -74,7 +76,12 @@ class TableCommit:
         steps.append(CommitCallback("expiry", lambda result: maintain_after_commit(table, max(result.snapshot_ids))))
         if table.branch == MAIN_BRANCH:  # Iceberg metadata mirrors main only
             steps.append(CommitCallback("iceberg-sync", lambda result: sync_after_commit(table)))
-        return steps
+        return steps + self._added_callbacks
+
+    def add_callback(self, callback: CommitCallback) -> None:
+        """Run `callback` after each commit of this committer, after the table's own steps
+        (Paimon's ``commit.callbacks``); its failures are reported, never raised."""
+        self._added_callbacks.append(callback)
 
     def _committed(self, messages: Sequence[CommitMessage], identifier: int,
                    run: Callable[[], CommitResult]) -> CommitResult:

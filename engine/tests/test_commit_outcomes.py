@@ -1,0 +1,522 @@
+"""A commit has three outcomes: committed, not published (cleanup safe), or unknown
+(CommitStateUnknownError, every file kept). Faults are injected deterministically by a FileIO
+that fails chosen calls before they take effect (the request never landed) or after (the reply
+was lost), in both publish modes: atomic create-if-absent (the filesystem catalog) and
+check-then-put under the JDBC lock (a JDBC catalog on SQLite over a store without conditional
+PUT). One test drops the reply of a real snapshot PUT on MinIO."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy.exc import OperationalError
+
+from strata import metrics
+from strata.catalog.filesystem import FileSystemCatalog
+from strata.catalog.jdbc import JdbcCatalog
+from strata.catalog.lock import JdbcLock
+from strata.errors import CommitStateUnknownError
+from strata.fs import file_io as file_io_module
+from strata.fs.file_io import LocalFileIO
+from strata.operation.callbacks import CommitCallback
+from strata.table.table import Table
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+MODES = ("atomic", "lock")
+R = TypeVar("R")
+
+
+@dataclasses.dataclass
+class Fault:
+    """Fail the next `times` calls of `op` on paths matching `pattern`: "before" the call takes
+    effect, or "after" it did (a lost reply). `then` arms more faults when this one fires."""
+
+    op: str
+    pattern: str
+    when: str = "before"
+    times: int = 1
+    then: list[Fault] = dataclasses.field(default_factory=list)
+
+
+class FaultyIO(LocalFileIO):
+    """A local FileIO with injected faults. With `check_then_put`, write_new is HEAD-then-PUT and
+    the store claims to be an object store without conditional PUT, so a JDBC catalog publishes
+    under its lock."""
+
+    def __init__(self, check_then_put: bool = False):
+        super().__init__()
+        self.check_then_put = check_then_put
+        self.faults: list[Fault] = []
+        self.fired: list[tuple[str, str, str]] = []  # (op, path, when)
+        self.deleted: list[str] = []
+
+    @property
+    def is_object_store(self) -> bool:
+        return self.check_then_put
+
+    def arm(self, *faults: Fault) -> None:
+        self.faults.extend(faults)
+
+    def _fault(self, op: str, path: str) -> str | None:
+        for fault in self.faults:
+            if fault.op == op and re.search(fault.pattern, path) and fault.times > 0:
+                fault.times -= 1
+                self.fired.append((op, path, fault.when))
+                self.faults.extend(fault.then)
+                return fault.when
+        return None
+
+    def _run(self, op: str, path: str, call: Callable[[], R]) -> R:
+        when = self._fault(op, path)
+        if when == "before":
+            raise OSError(f"injected: {op} {path} failed before it took effect")
+        result = call()
+        if when == "after":
+            raise OSError(f"injected: the reply of {op} {path} was lost")
+        return result
+
+    def write_new(self, path: str, data: bytes) -> bool:
+        if self.check_then_put:
+            return self._run("write_new", path, lambda: not self.exists(path) and self._put(path, data))
+        return self._run("write_new", path, lambda: LocalFileIO.write_new(self, path, data))
+
+    def _put(self, path: str, data: bytes) -> bool:
+        LocalFileIO.write_bytes(self, path, data)
+        return True
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self._run("write_bytes", path, lambda: LocalFileIO.write_bytes(self, path, data))
+
+    def read_bytes(self, path: str) -> bytes:
+        return self._run("read_bytes", path, lambda: LocalFileIO.read_bytes(self, path))
+
+    def delete(self, path: str) -> None:
+        self.deleted.append(path)
+        LocalFileIO.delete(self, path)
+
+
+@pytest.fixture(autouse=True)
+def quick_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two read-back attempts instead of six (the backoff between them is what costs time)."""
+    monkeypatch.setattr(file_io_module, "READ_BACK_ATTEMPTS", 2)
+
+
+def open_catalog(mode: str, root: Path, io: FaultyIO) -> FileSystemCatalog | JdbcCatalog:
+    warehouse = str(root / "warehouse")
+    if mode == "atomic":
+        catalog: FileSystemCatalog | JdbcCatalog = FileSystemCatalog(warehouse, file_io=io)
+    else:
+        catalog = JdbcCatalog(warehouse, {"uri": f"sqlite:///{root}/catalog.sqlite"}, file_io=io)
+    catalog.create_database("db", ignore_if_exists=True)
+    return catalog
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def io(mode: str) -> FaultyIO:
+    return FaultyIO(check_then_put=mode == "lock")
+
+
+@pytest.fixture
+def table(mode: str, io: FaultyIO, tmp_path: Path) -> Table:
+    catalog = open_catalog(mode, tmp_path, io)
+    table = catalog.create_table("db.t", SCHEMA, primary_keys=["id"],
+                                 options={"bucket": "2", "commit.min-retry-wait": "1 ms"})
+    if mode == "lock":
+        assert table.snapshot_publisher() is not None  # check-then-put under the JDBC lock
+    else:
+        assert table.snapshot_publisher() is None  # the FileIO's atomic create-if-absent
+    return table
+
+
+def data(ids: list[int] | range, tag: str = "v") -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": [f"{tag}{i}" for i in ids]})
+
+
+def prepare(table: Table, batch: pa.Table) -> list:
+    with table.new_write() as writer:
+        writer.write_arrow(batch)
+        return writer.prepare_commit()
+
+
+def reopened(table: Table) -> Table:
+    """A fresh table object over the same files (a restarted writer)."""
+    return table.catalog.get_table(str(table.identifier))
+
+
+def ids(table: Table) -> list[int]:
+    return sorted(table.to_arrow().column("id").to_pylist())
+
+
+def snapshot_files(table: Table) -> set[str]:
+    return {name for name in os.listdir(table.snapshot_manager.dir) if name.startswith("snapshot-")}
+
+
+def assert_every_snapshot_readable(table: Table) -> None:
+    """Each snapshot's manifest lists, manifests and data files exist, and it reads."""
+    manager, store = table.snapshot_manager, table.manifest_store
+    for name in sorted(snapshot_files(table)):
+        snap = manager.snapshot(int(name.split("-")[1]))
+        lists = [snap.base_manifest_list, snap.delta_manifest_list, snap.changelog_manifest_list]
+        for manifest_list in filter(None, lists):
+            assert os.path.exists(store.path(manifest_list)), f"{name} names a deleted {manifest_list}"
+            store.read_entries(store.read_manifest_list(manifest_list))
+        if snap.index_manifest:
+            assert os.path.exists(store.path(snap.index_manifest)), f"{name} names a deleted index manifest"
+        table.to_arrow(snapshot_id=snap.id)
+
+
+def metric(name: str, **labels: str) -> float:
+    if not metrics.ENABLED:
+        return 0.0
+    import prometheus_client
+
+    return prometheus_client.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+SNAPSHOT_2 = r"/snapshot/snapshot-2$"
+
+
+# -- committed ------------------------------------------------------------------------------------
+
+def test_lost_reply_of_a_landed_snapshot_is_committed(table: Table, io: FaultyIO) -> None:
+    table.write(data(range(3)))
+    io.arm(Fault("write_new", SNAPSHOT_2, "after"))
+    result = table.new_commit("job").commit(prepare(table, data([10, 11])), identifier=1)
+    assert result.snapshot_ids == [2] and result.attempts == 1 and result.read_backs == 1
+    assert ids(table) == [0, 1, 2, 10, 11]
+    assert_every_snapshot_readable(table)
+    assert table.snapshot_manager._hint("LATEST") == 2  # the hint follows the read-back
+
+
+def test_failed_hint_write_never_fails_a_durable_commit(table: Table, io: FaultyIO) -> None:
+    table.write(data(range(3)))
+    io.arm(Fault("write_bytes", r"/snapshot/LATEST$", "before", times=5))
+    result = table.new_commit("job").commit(prepare(table, data([7])), identifier=1)
+    assert result.snapshot_ids == [2] and result.read_backs == 0
+    assert table.snapshot_manager._hint("LATEST") == 1  # stale: readers probe past it
+    assert table.latest_snapshot().id == 2 and ids(table) == [0, 1, 2, 7]
+
+
+# -- not published ----------------------------------------------------------------------------------
+
+def test_write_that_never_landed_is_retried_once(table: Table, io: FaultyIO) -> None:
+    table.write(data(range(3)))
+    io.arm(Fault("write_new", SNAPSHOT_2, "before"))
+    result = table.new_commit("job").commit(prepare(table, data([10])), identifier=1)
+    assert result.snapshot_ids == [2] and result.attempts == 2 and result.read_backs == 1
+    assert [s.commit_user for s in table.snapshots()] == [table.snapshot_manager.snapshot(1).commit_user, "job"]
+    assert ids(table) == [0, 1, 2, 10]
+    assert_every_snapshot_readable(table)
+
+
+def test_late_landing_of_an_ambiguous_attempt_is_found_not_published_twice(table: Table, io: FaultyIO) -> None:
+    """The read-back of an ambiguous write finds N absent; the write lands afterwards (a delayed
+    request) and the retry at N then finds N taken: the retry must recognise its own earlier
+    attempt and stop, never publish the identifier a second time."""
+    table.write(data(range(3)))
+    commit = table.new_commit("job")
+    inner = commit._commit.publish
+    delayed: list = []
+
+    def publish(manager, snapshot):
+        if not delayed:
+            delayed.append(snapshot)
+            raise OSError("injected: timed out; the request is still in flight")
+        if len(delayed) == 1:
+            delayed.append(inner(manager, delayed[0]))  # the delayed request lands now, first
+        return inner(manager, snapshot)
+
+    commit._commit.publish = publish
+    result = commit.commit(prepare(table, data([10])), identifier=1)
+    assert result.snapshot_ids == [2] and result.attempts == 3
+    assert [(s.commit_user, s.commit_identifier) for s in table.snapshots()][1:] == [("job", 1)]
+    assert ids(table) == [0, 1, 2, 10]
+    assert_every_snapshot_readable(table)
+
+
+@pytest.mark.parametrize("mode", ["lock"])
+def test_lock_database_outage_before_the_write_is_not_published(mode: str, table: Table, io: FaultyIO,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    table.write(data(range(3)))
+    inner, outages = JdbcLock._insert, list[str]()
+
+    def insert(lock: JdbcLock) -> bool:
+        if not outages:
+            outages.append(lock.lock_id)
+            raise OperationalError("INSERT INTO paimon_distributed_locks", {}, ConnectionError("database is down"))
+        return inner(lock)
+
+    monkeypatch.setattr(JdbcLock, "_insert", insert)
+    before = set(os.listdir(f"{table.path}/manifest"))
+    result = table.new_commit("job").commit(prepare(table, data([10])), identifier=1)
+    assert outages and result.snapshot_ids == [2] and result.attempts == 2 and result.read_backs == 0
+    # the first attempt was definitely not published: its manifest lists were cleaned up
+    cleaned = [p for p in io.deleted if "/manifest/manifest-list-" in p]
+    assert len(cleaned) == 2 and not any(os.path.exists(p) for p in cleaned)
+    assert {os.path.basename(p) for p in cleaned}.isdisjoint(before)
+    assert ids(table) == [0, 1, 2, 10]
+    assert_every_snapshot_readable(table)
+
+
+@pytest.mark.parametrize("mode", ["lock"])
+def test_failed_lock_release_after_the_write_never_fails_the_commit(mode: str, table: Table,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    table.write(data(range(3)))
+
+    def release(lock: JdbcLock) -> bool:
+        raise OperationalError("DELETE FROM paimon_distributed_locks", {}, ConnectionError("database is down"))
+
+    monkeypatch.setattr(JdbcLock, "release", release)
+    result = table.new_commit("job").commit(prepare(table, data([10])), identifier=1)
+    assert result.snapshot_ids == [2] and result.read_backs == 0
+    assert ids(table) == [0, 1, 2, 10]
+
+
+# -- unknown ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed", "not-landed"])
+def test_unknown_outcome_keeps_every_file_and_a_replay_settles_it(table: Table, io: FaultyIO, landed: bool) -> None:
+    table.write(data(range(3)))
+    messages = prepare(table, data([10, 11]))
+    written = {os.path.join(d, f) for d, _, files in os.walk(table.path) for f in files}
+    outage = Fault("read_bytes", SNAPSHOT_2, times=2)  # every read-back attempt fails
+    io.arm(Fault("write_new", SNAPSHOT_2, "after" if landed else "before", then=[outage]))
+    unknown_before = metric("strata_commit_state_unknown_total", table="db.t")
+    with pytest.raises(CommitStateUnknownError) as failure:
+        table.new_commit("job").commit(messages, identifier=7)
+    message = str(failure.value)
+    assert "snapshot 2" in message and "'job'" in message and "identifier 7" in message
+    assert "Every file of the commit is kept" in message and "orphan-file cleanup" in message
+    assert io.deleted == []  # nothing cleaned up: not the manifest lists, not the data files
+    kept = {os.path.join(d, f) for d, _, files in os.walk(table.path) for f in files}
+    assert written <= kept
+    assert snapshot_files(table) == ({"snapshot-1", "snapshot-2"} if landed else {"snapshot-1"})
+    assert_every_snapshot_readable(table)
+    if metrics.ENABLED:
+        assert metric("strata_commit_state_unknown_total", table="db.t") == unknown_before + 1
+
+    # the job restarts and replays the batch: same commit user and identifier, new files
+    again = reopened(table)
+    result = again.new_commit("job").commit(prepare(again, data([10, 11])), identifier=7)
+    assert result.skipped_as_duplicate is landed
+    assert result.snapshot_ids == ([] if landed else [2])
+    assert ids(again) == [0, 1, 2, 10, 11]
+    assert_every_snapshot_readable(again)
+
+
+def test_retried_write_that_landed_then_unreadable_is_unknown_not_cleaned(table: Table, io: FaultyIO) -> None:
+    """The field case: the write landed, the reply was lost and the read-back failed in the
+    same outage. Before, the attempt's manifest lists were deleted under the published snapshot."""
+    table.write(data(range(3)))
+    io.arm(Fault("write_new", SNAPSHOT_2, "after", then=[Fault("read_bytes", SNAPSHOT_2, times=2)]))
+    with pytest.raises(CommitStateUnknownError):
+        table.new_commit("job").commit(prepare(table, data([5])), identifier=1)
+    assert_every_snapshot_readable(table)  # snapshot 2 names its manifest lists, all there
+    assert ids(table) == [0, 1, 2, 5]
+
+
+def test_schema_change_with_a_lost_reply_is_settled_by_reading_back(table: Table, io: FaultyIO) -> None:
+    io.arm(Fault("write_new", r"/schema/schema-1$", "after"))
+    table.add_column("extra", pa.int32())
+    assert "extra" in reopened(table).schema.field_names
+
+
+def test_schema_change_unknown_keeps_the_file(table: Table, io: FaultyIO) -> None:
+    io.arm(Fault("write_new", r"/schema/schema-1$", "after", then=[Fault("read_bytes", r"/schema/schema-1$", times=2)]))
+    with pytest.raises(CommitStateUnknownError, match="schema 1"):
+        table.add_column("extra", pa.int32())
+    assert "extra" in reopened(table).schema.field_names  # it had landed, and was kept
+
+
+def test_tag_with_a_lost_reply_is_created(table: Table, io: FaultyIO) -> None:
+    table.write(data(range(3)))
+    io.arm(Fault("write_new", r"/tag/tag-t1$", "after"))
+    table.create_tag("t1")
+    assert [t.name for t in table.list_tags()] == ["t1"]
+    io.arm(Fault("write_new", r"/tag/tag-t2$", "after", then=[Fault("read_bytes", r"/tag/tag-t2$", times=2)]))
+    with pytest.raises(CommitStateUnknownError, match="tag 't2'"):
+        table.create_tag("t2")
+    assert [t.name for t in table.list_tags()] == ["t1", "t2"]
+
+
+# -- work after the commit ---------------------------------------------------------------------------------
+
+def test_failing_commit_callback_leaves_the_commit_successful(table: Table, caplog: pytest.LogCaptureFixture) -> None:
+    commit = table.new_commit("job")
+    ran: list[list[int]] = []
+
+    def broken(result) -> None:
+        raise OSError("injected: the mirror's store is down")
+
+    commit.add_callback(CommitCallback("mirror", broken))
+    commit.add_callback(CommitCallback("audit", lambda result: ran.append(result.snapshot_ids)))
+    before = metric("strata_commit_callback_failures_total", table="db.t", type="mirror")
+    with caplog.at_level(logging.WARNING, logger="strata.operation.callbacks"):
+        result = commit.commit(prepare(table, data([1, 2])), identifier=1)
+    assert result.snapshot_ids == [1] and result.published
+    assert result.callback_failures == {"mirror": "OSError: injected: the mirror's store is down"}
+    assert ran == [[1]]  # the next callback still ran
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "mirror" in warnings[0].getMessage()
+    if metrics.ENABLED:
+        assert metric("strata_commit_callback_failures_total", table="db.t", type="mirror") == before + 1
+    assert [c.name for c in commit.callbacks()] == ["expiry", "iceberg-sync", "mirror", "audit"]
+    # a replay publishes nothing: only callbacks that ask for every commit run
+    assert commit.commit(prepare(table, data([1, 2])), identifier=1).callback_failures == {}
+    assert ran == [[1]]
+
+
+# -- dynamic buckets -----------------------------------------------------------------------------------------
+
+def test_merged_hash_index_files_are_deleted_only_after_a_definite_outcome(mode: str, io: FaultyIO,
+                                                                            tmp_path: Path) -> None:
+    """Two writers of one commit rewrote one bucket's hash index: the committer merges them.
+    Their files must survive until the outcome is known (a replay of the original messages names
+    them), and after an unknown outcome nothing is deleted."""
+    catalog = open_catalog(mode, tmp_path, io)
+    table = catalog.create_table("db.d", SCHEMA, primary_keys=["id"],
+                                 options={"bucket": "-1", "commit.min-retry-wait": "1 ms"})
+    table.write(data(range(3)))
+    messages = prepare(table, data([10, 11])) + prepare(table, data([12]))
+    writer_files = [f"{table.path}/index/{e.file_name}" for m in messages for e in m.index_changes
+                    if e.kind.name == "ADD"]
+    assert len(writer_files) == 2
+    io.arm(Fault("write_new", SNAPSHOT_2, "after", then=[Fault("read_bytes", SNAPSHOT_2, times=2)]))
+    with pytest.raises(CommitStateUnknownError):
+        table.new_commit("job").commit(messages, identifier=1)
+    assert all(os.path.exists(p) for p in writer_files) and io.deleted == []
+    assert ids(table) == [0, 1, 2, 10, 11, 12]  # it had landed, with the merged index file
+    # a replay of the very same messages is skipped; a fresh commit merges and, once it is
+    # published, deletes the writers' replaced files
+    assert table.new_commit("job").commit(messages, identifier=1).skipped_as_duplicate
+    more = prepare(table, data([20])) + prepare(table, data([21]))
+    more_files = [f"{table.path}/index/{e.file_name}" for m in more for e in m.index_changes if e.kind.name == "ADD"]
+    assert table.new_commit("job").commit(more, identifier=2).snapshot_ids == [3]
+    assert not any(os.path.exists(p) for p in more_files)
+    assert ids(reopened(table)) == [0, 1, 2, 10, 11, 12, 20, 21]
+    assert_every_snapshot_readable(table)
+
+
+# -- random faults against a model ------------------------------------------------------------------------------
+
+FAULT_OPS = st.sampled_from([("write_new", r"/snapshot/snapshot-\d+$"), ("read_bytes", r"/snapshot/snapshot-\d+$"),
+                             ("write_bytes", r"/snapshot/(LATEST|EARLIEST)$"), ("write_bytes", r"/manifest/")])
+FAULTS = st.lists(st.tuples(FAULT_OPS, st.sampled_from(["before", "after"]), st.integers(1, 3)), max_size=4)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(plan=st.lists(FAULTS, min_size=3, max_size=3))
+def test_random_faults_lose_no_acknowledged_batch(plan: list, mode: str, tmp_path_factory: pytest.TempPathFactory,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three batches, each committed until it is acknowledged, by a restarted writer (same user,
+    same identifier, fresh table object) after any error. Whatever the faults: every batch is in
+    the table exactly once and every snapshot reads."""
+    monkeypatch.setattr(file_io_module, "READ_BACK_ATTEMPTS", 2)
+    io = FaultyIO(check_then_put=mode == "lock")
+    catalog = open_catalog(mode, tmp_path_factory.mktemp("faults"), io)
+    catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options={"bucket": "2", "commit.min-retry-wait": "1 ms"})
+    acknowledged: list[int] = []
+    for batch, faults in enumerate(plan):
+        rows = list(range(batch * 10, batch * 10 + 3))
+        io.arm(*(Fault(op, pattern, when, times) for (op, pattern), when, times in faults))
+        for _ in range(10):
+            table = catalog.get_table("db.t")
+            try:
+                table.new_commit("writer").commit(prepare(table, data(rows)), identifier=batch + 1)
+                break
+            except (OSError, CommitStateUnknownError):
+                continue  # restart: replay with the same user and identifier
+        else:
+            pytest.fail(f"batch {batch} was never acknowledged under faults {faults}")
+        acknowledged += rows
+        io.faults.clear()
+    table = catalog.get_table("db.t")
+    assert ids(table) == acknowledged
+    assert_every_snapshot_readable(table)
+    users = [(s.commit_user, s.commit_identifier) for s in table.snapshots()]
+    assert users == [("writer", i) for i in range(1, 4)]  # each identifier published once
+
+
+# -- MinIO: a dropped reply of the real snapshot PUT ---------------------------------------------------------
+
+@pytest.fixture
+def minio_catalog(minio_options: dict[str, str]) -> Iterator[FileSystemCatalog]:
+    from strata.fs.s3 import S3FileIO
+    from strata_platform.services.minio import BUCKET
+
+    root = f"s3://{BUCKET}/engine-tests/{uuid.uuid4().hex[:16]}"
+    io = S3FileIO({**minio_options, "s3.conditional-put": "true"})
+    yield FileSystemCatalog(root, file_io=io)
+    io.delete_dir(root)
+
+
+@pytest.mark.minio
+@pytest.mark.parametrize("retried", [False, True], ids=["reply-lost", "retry-got-412"])
+def test_minio_snapshot_put_whose_reply_is_lost(minio_catalog: FileSystemCatalog, retried: bool) -> None:
+    """The snapshot PUT lands on MinIO and its reply is dropped. Without retry, the committer
+    reads the snapshot back; with a retry (as botocore does after a lost reply), the retried
+    conditional PUT gets 412 and the FileIO reads the object back. Both are committed."""
+    from botocore.exceptions import ClientError, ReadTimeoutError
+
+    minio_catalog.create_database("db")
+    table = minio_catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
+    table.write(data(range(3)))
+    client = table.file_io._client
+    put, dropped = client.put_object, list[str]()
+
+    def put_object(**kwargs):
+        reply = put(**kwargs)
+        if kwargs["Key"].endswith("/snapshot/snapshot-2") and not dropped:
+            dropped.append(kwargs["Key"])
+            if not retried:
+                raise ReadTimeoutError(endpoint_url="minio: reply dropped")
+            try:
+                put(**kwargs)  # botocore's retry of the same request
+            except ClientError as exc:
+                exc.response["ResponseMetadata"]["RetryAttempts"] = 1
+                raise
+        return reply
+
+    client.put_object = put_object
+    result = table.new_commit("job").commit(prepare(table, data([10])), identifier=1)
+    assert dropped and result.snapshot_ids == [2] and result.attempts == 1
+    assert result.read_backs == (0 if retried else 1)
+    client.put_object = put
+    again = minio_catalog.get_table("db.t")
+    assert sorted(again.to_arrow().column("id").to_pylist()) == [0, 1, 2, 10]
+    assert [s.id for s in again.snapshots()] == [1, 2]
+
+
+# -- Spark: an unreadable state is never "not committed" -----------------------------------------------------
+
+def test_spark_abort_check_is_unknown_when_snapshots_cannot_be_read(table: Table, io: FaultyIO) -> None:
+    """The Spark writer's abort deletes the batch's files only when no snapshot of its commit user
+    was published; snapshots it cannot read make that unknown (before, a read error counted as
+    "not committed" and abort deleted the files of a published snapshot)."""
+    from strata.spark.writer import committed_since
+
+    table.write(data(range(3)))
+    table.new_commit("spark-batch").commit(prepare(table, data([10])))
+    assert committed_since(table, "spark-batch", 1)
+    assert not committed_since(table, "someone-else", 1)
+    io.arm(Fault("read_bytes", SNAPSHOT_2, times=1))
+    with pytest.raises(CommitStateUnknownError, match="spark-batch"):
+        committed_since(table, "spark-batch", 1)
