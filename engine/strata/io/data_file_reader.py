@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -13,6 +15,7 @@ import pyarrow.parquet as pq
 from strata.errors import CorruptDataError, FilterError, SchemaMismatchError
 from strata.fs import FileIO
 from strata.io.arrays import scalar, to_numpy
+from strata.io.page_index import FilePages, file_pages, read_rows, selected_rows
 from strata.scan.predicate import ColumnStats, Predicate
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 
@@ -97,6 +100,16 @@ def _filtered(table: pa.Table, expression: pc.Expression) -> pa.Table:
                           f"{exc}") from None
 
 
+def filter_rows(table: pa.Table, predicate: Predicate) -> pa.Table:
+    """The rows of `table` that `predicate` selects, through compute kernels: an Acero plan per
+    call (`table.filter(expression)`) costs more than filtering a batch of a few pages."""
+    try:
+        mask = predicate.mask(table)
+    except (pa.ArrowException, TypeError, ValueError):  # a literal the kernels take only through a plan
+        return _filtered(table, predicate.to_arrow())
+    return table.filter(mask)
+
+
 def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None = None,
               stat_names: dict[str, str] | None = None, batch_rows: int = BATCH_ROWS,
               use_threads: bool = True, deleted: np.ndarray | None = None,
@@ -126,23 +139,95 @@ def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predica
         raise CorruptDataError(f"data file {path} is unreadable: {exc}") from None
 
 
+class _ParquetFile(pq.ParquetFile):
+    """A ParquetFile converting its schema to Arrow once (pyarrow converts it at every access)."""
+
+    @functools.cached_property
+    def schema_arrow(self) -> pa.Schema:
+        return super().schema_arrow
+
+
 def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
                stat_names: dict[str, str] | None, batch_rows: int, use_threads: bool,
                row_filter: Predicate | None = None) -> Iterator[pa.Table]:
     expression = row_filter.to_arrow() if row_filter is not None else None
     with file_io.open_input_file(path) as source:
-        parquet = pq.ParquetFile(source)
+        parquet = _ParquetFile(source)
         available = set(parquet.schema_arrow.names)
         columns = mapping.file_columns(available)
-        groups = _row_groups(parquet, prune, mapping.stat_columns(stat_names or {}))
+        names = mapping.stat_columns(stat_names or {})
+        groups = _row_groups(parquet, prune, names)
         if groups is not None and not groups:
             return
         constants = _constant_columns(parquet, columns, groups)
         decoded = [c for c in columns if c not in constants]
-        for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=groups, columns=decoded,
-                                          use_threads=use_threads):
+        pages = _page_runs(source, path, parquet, groups, prune, names)
+        if pages is None:
+            batches = parquet.iter_batches(batch_size=batch_rows, row_groups=groups, columns=decoded,
+                                           use_threads=use_threads)
+        else:
+            batches = (b for _, b in _batches(source, parquet, pages, decoded, batch_rows, use_threads))
+        for batch in batches:
             table = mapping.apply(_with_constants(batch, constants))
             yield table if expression is None else _filtered(table, expression)
+
+
+@dataclass
+class _PageRuns:
+    """The row groups a read decodes and, for those the page index narrows, the row ranges in them."""
+
+    groups: list[int]
+    runs: dict[int, list[tuple[int, int]]]
+    pages: FilePages | None  # None: no runs
+
+
+def _page_runs(source: pa.NativeFile, path: str, parquet: pq.ParquetFile, groups: list[int] | None,
+               prune: Predicate | None, names: dict[str, str | None]) -> _PageRuns | None:
+    """Where the page index narrows the row groups `prune` kept to ranges of rows (None: nowhere)."""
+    if prune is None or not groups:
+        return None
+    pages = file_pages(source, path, parquet.metadata)
+    if pages is None:
+        return None
+    arrow = parquet.schema_arrow
+    index = {name: i for i, name in enumerate(arrow.names)}
+    columns: dict[str, tuple[int, pa.DataType] | None] = {}
+    for f in prune.fields():
+        name = names.get(f, f)
+        if name is None or name in index:
+            columns[f] = None if name is None else (index[name], arrow.field(name).type)
+    meta = parquet.metadata
+    runs = {g: found for g in groups
+            if (found := selected_rows(pages, g, meta.row_group(g).num_rows, prune, columns)) is not None}
+    return _PageRuns(groups, runs, pages) if runs else None
+
+
+def _batches(source: pa.NativeFile, parquet: pq.ParquetFile, pages: _PageRuns, columns: list[str],
+             batch_rows: int, use_threads: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """The rows of `pages.groups` (those in `pages.runs` only in their row ranges), in order, in
+    batches, each with the file row it starts at."""
+    meta = parquet.metadata
+    starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
+    whole: list[int] = []
+
+    def flush() -> Iterator[tuple[int, pa.RecordBatch]]:
+        for run in _consecutive(whole):
+            offset = int(starts[run[0]])
+            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=run, columns=columns,
+                                              use_threads=use_threads):
+                yield offset, batch
+                offset += batch.num_rows
+        whole.clear()
+
+    for g in pages.groups:
+        if g not in pages.runs:
+            whole.append(g)
+            continue
+        yield from flush()
+        assert pages.pages is not None
+        for start, batch in read_rows(source, pages.pages, parquet, g, pages.runs[g], columns, use_threads):
+            yield int(starts[g]) + start, batch
+    yield from flush()
 
 
 def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
@@ -155,11 +240,12 @@ def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: 
     expression = row_filter.to_arrow() if row_filter is not None else None
     no_deletes = np.empty(0, dtype=np.int64)
     with file_io.open_input_file(path) as source:
-        parquet = pq.ParquetFile(source)
+        parquet = _ParquetFile(source)
         meta = parquet.metadata
         starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
         columns = mapping.file_columns(set(parquet.schema_arrow.names))
-        groups = _row_groups(parquet, prune, mapping.stat_columns(stat_names or {}))
+        names = mapping.stat_columns(stat_names or {})
+        groups = _row_groups(parquet, prune, names)
         selected = [g for g in (range(meta.num_row_groups) if groups is None else groups)
                     if (row_range is None or row_range[0] <= starts[g] < row_range[1])
                     and (deleted is None or _dead_count(deleted, int(starts[g]), int(starts[g + 1]))
@@ -173,21 +259,18 @@ def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: 
         early = row_filter is not None and all(
             mapping.source.get(f) == f and f in decoded and parquet.schema_arrow.field(f).type == mapping.types[f]
             for f in row_filter.fields())
-        for run in _consecutive(selected):
-            offset = int(starts[run[0]])
-            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=run, columns=decoded,
-                                              use_threads=use_threads):
-                n = batch.num_rows
-                dead = no_deletes if deleted is None else \
-                    deleted[np.searchsorted(deleted, offset):np.searchsorted(deleted, offset + n)] - offset
-                if expression is None:
-                    yield _without_dead(batch, offset, dead, positions, mapping, constants)
-                elif early and row_filter is not None:
-                    yield _selected(batch, offset, dead, positions, mapping, constants, row_filter)
-                else:
-                    yield _live_rows(mapping.apply(_with_constants(batch, constants)), offset, dead, positions,
-                                     expression)
-                offset += n
+        pages = _page_runs(source, path, parquet, selected, prune, names) or _PageRuns(selected, {}, None)
+        for offset, batch in _batches(source, parquet, pages, decoded, batch_rows, use_threads):
+            n = batch.num_rows
+            dead = no_deletes if deleted is None else \
+                deleted[np.searchsorted(deleted, offset):np.searchsorted(deleted, offset + n)] - offset
+            if expression is None:
+                yield _without_dead(batch, offset, dead, positions, mapping, constants)
+            elif early and row_filter is not None:
+                yield _selected(batch, offset, dead, positions, mapping, constants, row_filter)
+            else:
+                yield _live_rows(mapping.apply(_with_constants(batch, constants)), offset, dead, positions,
+                                 expression)
 
 
 def _dead_count(deleted: np.ndarray, start: int, end: int) -> int:
@@ -356,7 +439,7 @@ def _row_groups(parquet: pq.ParquetFile, prune: Predicate | None,
     if prune is None:
         return None
     meta = parquet.metadata
-    index = {parquet.schema_arrow.names[i]: i for i in range(len(parquet.schema_arrow.names))}
+    index = {name: i for i, name in enumerate(parquet.schema_arrow.names)}
     keep = []
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)

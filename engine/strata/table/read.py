@@ -7,7 +7,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +16,7 @@ from strata.deletionvectors import deleted_positions
 from strata.fs import FileIO
 from strata.fs.prefetch import PrefetchedFileIO, prefetching
 from strata.io.arrays import to_numpy
-from strata.io.data_file_reader import ColumnMapping, read_file
+from strata.io.data_file_reader import ColumnMapping, filter_rows, read_file
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.anti_join import anti_join_applies, integer_like, precedence_from_ranges
 from strata.mergetree.merge_function import FirstRowMerge, live_rows_mask, merge_function_for
@@ -26,9 +25,7 @@ from strata.operation.commit import key_decoder
 from strata.scan.planner import DataSplit
 from strata.scan.predicate import Predicate, bind, only_fields
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND
-
-if TYPE_CHECKING:
-    from strata.table.table import Table
+from strata.store import FileStore, HasStore, store_of
 
 ROW_KIND_COLUMN = "_ROW_KIND"
 KIND_NAMES = ("+I", "-U", "+U", "-D")  # by row-kind code; an Arrow array here would import pandas at import
@@ -38,8 +35,9 @@ Decode = Callable[[DataFileMeta, list[str], "Predicate | None"], Iterator[pa.Tab
 
 
 class TableRead:
-    def __init__(self, table: Table, columns: Sequence[str] | None = None, filter: Predicate | None = None):
-        self.table = table
+    def __init__(self, table: FileStore | HasStore, columns: Sequence[str] | None = None,
+                 filter: Predicate | None = None):
+        self.store = table = store_of(table)
         self.schema = table.schema
         self.columns = list(columns) if columns is not None else self.schema.field_names
         for name in self.columns:
@@ -97,7 +95,7 @@ class TableRead:
         # an object store, where each file arrives in one GET
         parts = [(i, f, wanted, prune, k, part) for i, f, wanted, prune in reads
                  for k, part in enumerate(_row_ranges(f.row_count) if self._raw(splits[i])
-                                          and not self.table.file_io.is_object_store else [None])]
+                                          and not self.store.file_io.is_object_store else [None])]
         parts.sort(key=lambda r: -r[1].file_size * _share(r[5], r[1].row_count))  # largest first
         try:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="strata-read") as pool:
@@ -157,9 +155,9 @@ class TableRead:
     def _prefetching_io(self, reads: Iterable[tuple[DataSplit, DataFileMeta, Predicate | None]]) -> FileIO:
         """On an object store, the files read unfiltered are fetched whole and concurrently (in
         reading order); filtered ones keep ranged reads, which skip pruned row groups."""
-        if not self.table.file_io.is_object_store:
-            return self.table.file_io
-        return prefetching(self.table.file_io, [(split.file_path(f), f.file_size) for split, f, prune in reads
+        if not self.store.file_io.is_object_store:
+            return self.store.file_io
+        return prefetching(self.store.file_io, [(split.file_path(f), f.file_size) for split, f, prune in reads
                                                 if prune is None])
 
     def _file_reads(self, split: DataSplit) -> list[tuple[DataFileMeta, list[str], Predicate | None]]:
@@ -235,20 +233,19 @@ class TableRead:
         # The key-only part of the filter can drop rows before merging: every record of a key
         # carries the same key, so it keeps or drops all of them, and merging the survivors gives
         # the same rows as merging everything and filtering after (which _finish still does).
-        expression = self.key_filter.to_arrow() if self.key_filter is not None else None
         for f in files:
             for batch in decode(f, wanted, self.key_filter):
                 batch = _with_aliases(batch, key_values)
-                yield batch if expression is None else batch.filter(expression)
+                yield batch if self.key_filter is None else filter_rows(batch, self.key_filter)
 
     def _read(self, split: DataSplit, f: DataFileMeta, wanted: list[str], prune: Predicate | None, io: FileIO,
               decode_threads: bool = True, row_range: tuple[int, int] | None = None) -> Iterator[pa.Table]:
-        writer_schema = self.table.schema_at(f.schema_id)
+        writer_schema = self.store.schema_at(f.schema_id)
         mapping = ColumnMapping(self.schema, writer_schema, wanted)
         stat_names = {k: KEY_PREFIX + k for k in self.schema.trimmed_primary_keys} if self.key_names else {}
         deleted = None
         if split.deletion_files and f.file_name in split.deletion_files:
-            deleted = deleted_positions(self.table.file_io, split.deletion_files[f.file_name])
+            deleted = deleted_positions(self.store.file_io, split.deletion_files[f.file_name])
         # raw (deletion-vector) splits: the filter selects rows in the reader, before the deleted
         # rows are dropped, so a selective filter copies only what it keeps
         row_filter = self.filter if self._raw(split) else None
