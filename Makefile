@@ -30,11 +30,45 @@ venv: $(STAMP) ## Create the virtualenv and install Strata with every extra
 demo: $(STAMP) ## Spark streams generated orders into a PK table, a 2nd query reads its changelog (DEMO_ARGS="--batches 100")
 	$(PY) -m strata_platform.demo $(DEMO_ARGS)
 
-# engine tests run on local disk and MinIO in 3 workers (object-store round trips overlap); the
-# integration tests run one at a time (some restart the services they share)
-test: $(STAMP) lint services-install ## Everything: lint, unit tests, integration tests against real services
-	$(SERVICES_CLI) run minio postgres kafka -- $(PY) -m pytest engine/tests -n 3 -p no:cacheprovider --durations=15
-	$(PY) -m pytest integration_tests -p no:cacheprovider --durations=25
+# make test, phase by phase (times, logs and the summary in $(RUN_DIR)):
+# - install every service (cached), Kubernetes' binaries in the background: a Go build of minutes
+#   that only the integration tests need;
+# - the engine tests on local disk and MinIO in 3 workers (object-store round trips overlap), while
+#   `strata-services prebuild` does in the background what the container tests' set-ups would do one
+#   test at a time: the stack's images, helm, the images' copy in the cluster node. Background jobs run
+#   at the lowest CPU priority, their logs kept; the run waits for them after the engine tests and
+#   fails if one failed;
+# - the integration tests in $(IT_WORKERS) workers, a group of modules per worker at a time (groups share
+#   no service one of them restarts: integration_tests/conftest.py), then the few modules that restart
+#   a service every module shares, on their own;
+# - a summary: phase times, counts, the 10 slowest tests. A failure fails the run, after the summary.
+RUN_DIR := build/test-run
+RUN := $(PY) -m strata_platform.test_run
+BACKGROUND := nice -n 19
+IT_WORKERS ?= 2
+TIMED = -p strata_platform.pytest_timing --timing-json $(RUN_DIR)/$(1).json
+test: ## Everything: lint, unit tests, integration tests against real services
+	@rm -rf $(RUN_DIR) && mkdir -p $(RUN_DIR) && echo "began $$(date +%s.%N)" > $(RUN_DIR)/phases
+	@$(MAKE) --no-print-directory venv && $(RUN) mark venv
+	@$(MAKE) --no-print-directory lint || $(RUN) fail lint
+	@$(RUN) mark lint
+	@$(RUN) spawn kubernetes-build $(BACKGROUND) $(SERVICES_CLI) install kubernetes
+	$(SERVICES_CLI) install --except kubernetes || $(RUN) fail install
+	@$(RUN) mark install
+	@$(RUN) spawn prebuild $(BACKGROUND) $(SERVICES_CLI) prebuild
+	$(SERVICES_CLI) run minio postgres kafka -- $(PY) -m pytest engine/tests -n 3 -p no:cacheprovider \
+		--durations=15 $(call TIMED,engine) || $(RUN) fail engine
+	@$(RUN) mark engine
+	@$(RUN) wait kubernetes-build || $(RUN) fail kubernetes-build
+	@$(RUN) wait prebuild || $(RUN) fail prebuild
+	@$(RUN) mark background-wait
+	$(PY) -m pytest integration_tests -n $(IT_WORKERS) --dist loadgroup --no-loadscope-reorder \
+		--exclusive-modules=skip -p no:cacheprovider --durations=25 $(call TIMED,integration) \
+		|| $(RUN) failed integration
+	$(PY) -m pytest integration_tests --exclusive-modules=only -p no:cacheprovider --durations=10 \
+		$(call TIMED,integration-exclusive) || $(RUN) failed integration-exclusive
+	@$(RUN) mark integration
+	@$(RUN) summary
 
 test-fast: $(STAMP) ## Unit tests only (no services)
 	$(PY) -m pytest engine/tests -p no:cacheprovider

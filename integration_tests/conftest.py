@@ -162,3 +162,103 @@ def topics(bootstrap: str) -> Iterator[list[str]]:
     yield created
     log_kafka.close_producers()
     broker.delete_topics(bootstrap, created)
+
+
+# -- several workers (make test: pytest-xdist with --dist loadgroup) ---------------------------------
+# Services that modules of different groups use are started once, by the controlling process, before
+# any worker runs, and stopped by it at the end if it started them: workers find them running, and
+# provide() stops only what it started, so no worker starts or stops one under another. Lanes start
+# side by side (the REST catalog after the MinIO it serves from).
+SHARED_SERVICES: tuple[tuple[str, ...], ...] = (("minio", "iceberg_rest"), ("postgres",), ("kafka",))
+
+# A group runs on one worker, its modules one after another. The modules that use a service one of
+# them restarts, or that only one worker may own for its session (Trino, Prometheus, the Docker engine
+# and the cluster; compose and the chart's release would also starve each other of the 2 cores), form
+# one group; every other module is a group of its own. Longest first: the scheduler hands the groups
+# out in this order (--no-loadscope-reorder), so the long ones start early and the short ones fill in.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "containers": ("test_compose.py", "test_helm_k8s.py", "test_images.py", "test_services_docker.py"),
+    "trino": ("test_tpch.py", "test_trino_iceberg.py", "test_trino_iceberg_mirror.py", "test_trino_statistics.py",
+              "test_services_trino.py", "test_trino_branch_refs.py", "test_readme_snippets.py",
+              "test_hostile_names.py"),
+    "prometheus": ("test_observability.py", "test_services_prometheus.py", "test_services_cli.py"),
+}
+LONGEST_FIRST = ("containers", "trino", "test_spark_exactly_once.py", "test_concurrent_commits.py",
+                 "test_spark_cluster.py", "test_bench_spark.py", "test_cdc_spark.py", "test_spark_streaming.py",
+                 "prometheus")
+
+# Modules that stop a service every other module shares: left out of the parallel run
+# (--exclusive-modules=skip) and run after it on their own (--exclusive-modules=only).
+EXCLUSIVE_MODULES: dict[str, str] = {
+    "test_services_postgres.py": "restarts PostgreSQL",
+    "test_log_faults.py": "restarts the Kafka broker",
+}
+
+_GROUP_OF = {module: group for group, modules in GROUPS.items() for module in modules}
+_STARTED_BY_CONTROLLER: list[Service] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--exclusive-modules", choices=("skip", "only"), default=None,
+                     help="skip: leave out the modules that restart a shared service (for the parallel run); "
+                          "only: run just those")
+
+
+def _distributing(config: pytest.Config) -> bool:
+    """This process hands tests out to xdist workers (and runs none itself)."""
+    return config.pluginmanager.has_plugin("dsession")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not _distributing(session.config):
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from strata_platform.services import registry
+    from strata_platform.services.testing import IN_CI
+
+    def start_lane(names: tuple[str, ...]) -> None:
+        for name in names:
+            service = registry.get(name)
+            if service.running_pid() is None:
+                _STARTED_BY_CONTROLLER.append(service)
+            service.start()
+
+    with ThreadPoolExecutor(max_workers=len(SHARED_SERVICES)) as pool:
+        failures = [f.exception() for f in [pool.submit(start_lane, lane) for lane in SHARED_SERVICES]]
+    for failure in failures:
+        if failure is not None:
+            message = f"a shared service could not be started before the workers: {failure}"
+            if IN_CI:
+                pytest.exit(message, returncode=1)
+            print(f"\n{message} (its tests will skip)")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    while _STARTED_BY_CONTROLLER:
+        _STARTED_BY_CONTROLLER.pop().stop()
+
+
+def _module_of(item: pytest.Item) -> str:
+    return item.path.name
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    part = config.getoption("--exclusive-modules")
+    if part is not None:
+        keep = [item for item in items if (_module_of(item) in EXCLUSIVE_MODULES) == (part == "only")]
+        if not keep and items:  # a run of nothing would pass (or exit 5): refuse it
+            raise pytest.UsageError(f"--exclusive-modules={part} leaves no test of the {len(items)} collected "
+                                    f"(exclusive modules: {', '.join(EXCLUSIVE_MODULES)})")
+        kept = set(map(id, keep))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = keep
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_GROUP_OF.get(_module_of(item), _module_of(item))))
+
+    def rank(indexed: tuple[int, pytest.Item]) -> tuple[int, int]:
+        group = _GROUP_OF.get(_module_of(indexed[1]), _module_of(indexed[1]))
+        return (LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST), indexed[0])
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=rank)]

@@ -2,6 +2,10 @@
 
 `strata-services run NAME... -- COMMAND...` runs a command with those services up and their client
 environment set, then stops the ones it had to start (those already running stay up).
+
+`strata-services prebuild` does the slow set-ups of the container tests ahead of them: helm, the
+stack's images, and their copy in the cluster node's image store (``make test`` runs it beside the
+engine tests; see strata_platform.services.prebuild).
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from strata_platform.services import registry
@@ -22,17 +28,23 @@ def main(argv: list[str] | None = None) -> int:
         argv, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     parser = argparse.ArgumentParser(prog="strata-services", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["install", "up", "down", "check", "status", "env", "run"])
+    parser.add_argument("action", choices=["install", "up", "down", "check", "status", "env", "run", "prebuild"])
     parser.add_argument("names", nargs="*", help="services (default: all)")
+    parser.add_argument("--except", dest="excluded", action="append", default=[], metavar="NAME",
+                        help="leave this service out of the default 'all' (make test builds kubernetes beside)")
     args = parser.parse_args(argv)
-    unknown = [name for name in args.names if name not in registry.SERVICES]
+    unknown = [name for name in args.names + args.excluded if name not in registry.SERVICES]
     if unknown:
         parser.error(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(registry.SERVICES)}")
     if args.action == "run":
         if not command:
             parser.error("run needs a command after --")
         return run_with(args.names, command)
-    names = args.names or list(registry.SERVICES)
+    if args.action == "prebuild":
+        if args.names:
+            parser.error("prebuild takes no service names")
+        return prebuild()
+    names = [name for name in args.names or registry.SERVICES if name not in args.excluded]
     if args.action == "install":
         install(names)
         return 0
@@ -82,6 +94,26 @@ def _install_one(name: str) -> None:
     service = registry.get(name)
     service.install()
     print(f"{name:<11} installed ({service.version()})", flush=True)
+
+
+def prebuild() -> int:
+    from strata_platform.services.prebuild import prebuild as build_all
+
+    lock = threading.Lock()
+
+    def report(line: str) -> None:
+        with lock:
+            print(line, flush=True)
+
+    began = time.monotonic()
+    try:
+        build_all(report)
+    except Exception as exc:
+        print(f"prebuild failed after {time.monotonic() - began:.1f}s: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+        return 1
+    print(f"prebuild done in {time.monotonic() - began:.1f}s", flush=True)
+    return 0
 
 
 def run_with(names: list[str], command: list[str]) -> int:

@@ -1,0 +1,121 @@
+"""The bookkeeping of `make test`: the counts it reports are pytest's, a failing background job or
+test run fails it, and the integration suite's grouping names modules that exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import conftest
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+SAMPLE = '''
+import pytest
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("set-up fails")
+
+def test_passes():
+    pass
+
+def test_fails():
+    assert 1 == 2
+
+def test_skips():
+    pytest.skip("not here")
+
+@pytest.mark.xfail(strict=True, reason="known")
+def test_expected_failure():
+    assert False
+
+def test_errors(broken):
+    pass
+
+@pytest.mark.parametrize("who", ["a@b", "c"])
+def test_param(who):
+    pass
+'''
+
+
+def run_pytest(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2", "--dist", "loadgroup"]], ids=["serial", "xdist"])
+def test_timing_json_has_pytest_counts_and_each_test(tmp_path: Path, workers: list[str]) -> None:
+    (tmp_path / "test_sample.py").write_text(SAMPLE)
+    out = tmp_path / "times.json"
+    proc = run_pytest("test_sample.py", "-p", "strata_platform.pytest_timing", "--timing-json", str(out),
+                      "-o", "addopts=", *workers, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["exitstatus"] == 1
+    assert {k: v for k, v in report["counts"].items() if v} == {
+        "passed": 3, "failed": 1, "skipped": 1, "xfailed": 1, "error": 1}
+    assert "3 passed" in proc.stdout and "1 error" in proc.stdout  # the same numbers as pytest's line
+    ids = {test["nodeid"] for test in report["tests"]}
+    assert "test_sample.py::test_param[a@b]" in ids and "test_sample.py::test_passes" in ids
+    assert all("@" not in i.replace("[a@b]", "") for i in ids)  # no xdist group suffix
+    errored = next(t for t in report["tests"] if t["nodeid"].endswith("test_errors"))
+    assert "setup" in errored and errored["seconds"] >= errored["setup"]
+
+
+def test_run_fails_on_a_failed_job_or_test_run_and_reports_phases(tmp_path: Path) -> None:
+    env = {**os.environ, "STRATA_TEST_RUN_DIR": str(tmp_path)}
+
+    def test_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "strata_platform.test_run", *args], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    (tmp_path / "phases").write_text("began 1000.0\n")
+    assert test_run("spawn", "builds", sys.executable, "-c", "print('built'); raise SystemExit(3)").returncode == 0
+    waited = test_run("wait", "builds")
+    assert waited.returncode == 3 and "built" in waited.stdout
+    assert test_run("mark", "engine").returncode == 0
+    (tmp_path / "engine.json").write_text(json.dumps({
+        "exitstatus": 0, "began": 1.0, "seconds": 61.0, "workers": 3, "counts": {"passed": 5, "skipped": 1},
+        "tests": [{"nodeid": "t.py::slow", "seconds": 40.0, "setup": 39.0, "call": 1.0}]}))
+    summary = test_run("summary")
+    assert summary.returncode == 1, summary.stdout  # the background job failed
+    lines = summary.stdout.splitlines()
+    assert lines[0].startswith("make test phases: engine ")
+    assert "background builds: exit 3" in summary.stdout
+    assert "engine: 5 passed, 1 skipped in 1m01s, 3 workers (exit 0)" in summary.stdout
+    assert "40.0s  t.py::slow  (setup 39s, call 1s)" in summary.stdout
+    assert lines[-1].startswith("make test: 5 passed, 1 skipped in ") and lines[-1].endswith("FAILED (builds)")
+    (tmp_path / "builds.done").write_text(json.dumps({"exitstatus": 0, "began": 1.0, "seconds": 2.0}))
+    assert test_run("summary").stdout.splitlines()[-1].endswith(": PASSED")
+    assert test_run("failed", "integration").returncode == 0
+    assert test_run("summary").returncode == 1
+
+
+def test_groups_name_modules_that_exist() -> None:
+    modules = {path.name for path in HERE.glob("test_*.py")}
+    named = {m for group in conftest.GROUPS.values() for m in group} | set(conftest.EXCLUSIVE_MODULES)
+    named |= {m for m in conftest.LONGEST_FIRST if m.endswith(".py")}
+    assert named <= modules, f"grouped modules that do not exist: {named - modules}"
+    groups = [m for m in conftest.LONGEST_FIRST if not m.endswith(".py")]
+    assert set(groups) <= set(conftest.GROUPS)
+    assert not set(conftest.EXCLUSIVE_MODULES) & {m for group in conftest.GROUPS.values() for m in group}
+
+
+def test_exclusive_modules_split_the_suite_without_loss() -> None:
+    files = [str(HERE / name) for name in [*conftest.EXCLUSIVE_MODULES, "test_serve.py"]]
+
+    def collected(*args: str) -> set[str]:
+        proc = run_pytest(*files, "--collect-only", "-q", *args, cwd=HERE.parent)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return {line for line in proc.stdout.splitlines() if "::" in line}
+
+    everything, only, skip = collected(), collected("--exclusive-modules=only"), collected("--exclusive-modules=skip")
+    assert {Path(test.split("::")[0]).name for test in only} == set(conftest.EXCLUSIVE_MODULES)
+    assert only | skip == everything and not only & skip
+    proc = run_pytest(str(HERE / "test_serve.py"), "--collect-only", "-q", "--exclusive-modules=only", cwd=HERE.parent)
+    assert proc.returncode == 4 and "leaves no test" in proc.stdout + proc.stderr  # never an empty run
