@@ -5,18 +5,22 @@ the bench stays minutes long on a 2-core machine; ``make tpch SF=1`` measures sc
 the load (Spark into Strata, Trino CTAS into its native Iceberg catalog), the 22 queries on
 Trino over Strata, Trino native and Spark over Strata (and Spark over the same rows as plain
 Parquet, and through format("strata")), ``REFRESH_ROUNDS`` refresh rounds and the queries again
-on the two Trino catalogs; its result is kept in the bench's work directory, so the four entries
-share it:
+on the two Trino catalogs; its result is kept in the bench's work directory, keyed by the source
+revision of strata and strata_platform (a changed source runs again), so the four entries share it:
 
 TPCH_TRINO    geometric mean over the 22 queries of Trino on Strata / Trino native (the worse of
               after-load and after-refresh; the worst query is named).
 TPCH_SPARK    geometric mean of Spark SQL over Strata (``strata.spark.read_table``: Spark's Parquet
               reader over the files Strata plans) / Spark SQL over plain Parquet (the native
-              tables' files, on the same MinIO); and the same for format("strata") (the Python
-              data source, every column through a Python worker; one run a query).
-TPCH_LOAD     rows/s through Spark into Strata, against Trino's CTAS into its native catalog.
-TPCH_REFRESH  seconds per refresh round through Spark (RF1 + RF2 on orders and lineitem), against
-              Trino's INSERT/DELETE; and how long until Trino sees a round (p99).
+              tables' files, on the same MinIO), each run timed from the creation of the views it
+              reads (Strata's scan planning and deletion vectors; Spark's listing of the Parquet
+              files) to its last row; and the same for format("strata") (the Python data source,
+              every column through a Python worker; one run a query).
+TPCH_LOAD     rows/s through Spark into Strata (from a local Parquet copy of the rows), against
+              Trino's CTAS into its native catalog (generating them from its tpch catalog).
+TPCH_REFRESH  seconds per refresh round through Spark (RF1 + RF2 on orders and lineitem) / Trino's
+              INSERT and DELETE of the same rounds; beside it, how long until Trino sees a round
+              once Spark's commits are published (p99, no target).
 
 Needs the platform package (``strata_platform``) and MinIO, PostgreSQL, the Iceberg REST catalog
 and Trino running (``make bench`` starts them); skipped with a note otherwise.
@@ -24,11 +28,13 @@ and Trino running (``make bench`` starts them); skipped with a note otherwise.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from strata.bench.spec import PartResult, Target, Workload
@@ -52,16 +58,29 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(max(v, 1e-9)) for v in values) / len(values))
 
 
+def source_revision() -> str:
+    """A digest of the code the run measures (strata's and strata_platform's sources and query
+    files) and of this run's settings: a result cached under another revision is not reused."""
+    import strata
+    import strata_platform
+
+    digest = hashlib.sha256(f"{BENCH_SCALE_FACTOR}/{REFRESH_ROUNDS}/{REPEAT}".encode())
+    for package in (strata, strata_platform):
+        root = Path(str(package.__file__)).parent
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".sql")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def run_once(work_dir: str, scale: float) -> PartResult:
-    """The whole TPC-H run (cached in work_dir: the four entries share one run)."""
+    """The whole TPC-H run (cached in work_dir by scale factor and source revision: the four
+    entries share one run, and a run after a code change starts afresh)."""
     scale_factor = round(BENCH_SCALE_FACTOR * scale, 4)
-    cache = os.path.join(work_dir, f"tpch-sf{scale_factor:g}.json")
+    cache = os.path.join(work_dir, f"tpch-sf{scale_factor:g}-{source_revision()}.json")
     if os.path.exists(cache):
         with open(cache) as f:
             cached: PartResult = json.load(f)
         return cached
-    from pathlib import Path
-
     from strata_platform.tpch.__main__ import start
     from strata_platform.tpch.workload import peak_rss_mb
 
@@ -146,22 +165,24 @@ _WHAT = f"TPC-H SF {BENCH_SCALE_FACTOR:g} x scale, {REFRESH_ROUNDS} refresh roun
 WORKLOADS = {
     "TPCH_TRINO": Workload(
         f"{_WHAT}: geomean of Trino on Strata / Trino native over the 22 queries (worse of after load and "
-        "after refresh)", Target("<=", 1.1), "ratio", "geomean s Strata (native); ratio", _PARTS, _trino_summary,
+        "after refresh)", Target("<=", 1.1), "ratio", "geomean s Strata (Trino native); ratio", _PARTS, _trino_summary,
         unavailable=unavailable, extra_lines=(("ratio after load", "ratio_after_load"),
                                               ("ratio after refresh", "ratio_after_refresh"),
                                               ("worst query", "worst_query"))),
     "TPCH_SPARK": Workload(
-        f"{_WHAT}: geomean of Spark SQL on Strata (read_table) / Spark SQL on plain Parquet of the same rows",
-        Target("<=", 1.3), "ratio", "geomean s Strata (Parquet); ratio", _PARTS, _spark_summary,
+        f"{_WHAT}: geomean of Spark SQL on Strata (read_table) / Spark SQL on plain Parquet of the same rows "
+        "(the native tables' files, same MinIO), each run timed with the planning of the tables it reads",
+        Target("<=", 1.2), "ratio", "geomean s Strata (plain Parquet); ratio", _PARTS, _spark_summary,
         unavailable=unavailable, extra_lines=(("worst query", "worst_query"),
                                               ("ratio of format('strata')", "ratio_python_source"))),
     "TPCH_LOAD": Workload(
-        f"{_WHAT}: rows/s of the load, Spark into Strata vs Trino CTAS into its native Iceberg catalog",
+        f"{_WHAT}: rows/s of the load, Spark into Strata (from a local Parquet copy) / Trino CTAS into its "
+        "native Iceberg catalog (from its tpch catalog)",
         Target(">=", 0.5), "ratio", "rows/s Strata (Trino CTAS); ratio", _PARTS, _load_summary,
         unavailable=unavailable),
     "TPCH_REFRESH": Workload(
-        f"{_WHAT}: seconds per refresh round (RF1 + RF2), Spark into Strata vs Trino INSERT/DELETE; Trino "
-        "sees a Strata round after visibility_p99_s", Target("<=", 5.0), "visibility_p99_s",
-        "s per round Strata (native); visibility p99 s", _PARTS, _refresh_summary, unavailable=unavailable,
-        extra_lines=(("ratio Strata/native per round", "ratio"),)),
+        f"{_WHAT}: seconds per refresh round (RF1 + RF2), Spark into Strata / Trino INSERT and DELETE",
+        Target("<=", 1.5), "ratio", "s per round Strata (Trino INSERT/DELETE); ratio", _PARTS, _refresh_summary,
+        unavailable=unavailable,
+        extra_lines=(("Trino sees a round, p99 s (no target)", "visibility_p99_s"),)),
 }

@@ -14,6 +14,7 @@ decimal average to the column's scale, Spark keeps six digits).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Sequence
 from decimal import Decimal
 from functools import cache
@@ -41,6 +42,11 @@ def render(number: int, scale_factor: float, table_prefix: str = "") -> str:
     names = {name: f"{table_prefix}{name}" for name in TABLES}
     lines = [line for line in query_text(number).splitlines() if not line.startswith("--")]
     return "\n".join(lines).format(**names, fraction=f"{0.0001 / scale_factor:.10f}")
+
+
+def tables_of(sql: str) -> tuple[str, ...]:
+    """The TPC-H tables a rendered query names (as whole words), in TABLES' order."""
+    return tuple(name for name in TABLES if re.search(rf"\b{name}\b", sql))
 
 
 def normalize_value(value: Any) -> Any:
