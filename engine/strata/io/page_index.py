@@ -304,7 +304,7 @@ def read_rows(source: pa.NativeFile, pages: FilePages, parquet: pq.ParquetFile, 
                 arrays[r][k] = table.column(j).slice(skip, runs[r][1] - runs[r][0])
     for (start, _), run_arrays in zip(runs, arrays, strict=True):
         table = pa.Table.from_arrays(run_arrays, names=list(columns))
-        for batch in table.combine_chunks().to_batches():
+        for batch in table.to_batches():
             yield start, batch
             start += batch.num_rows
 

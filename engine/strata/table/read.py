@@ -264,7 +264,7 @@ class TableRead:
                 if not mask.all():
                     batch = batch.filter(pa.array(mask))
         if self.filter is not None and not filtered:
-            batch = batch.filter(self.filter.to_arrow())
+            batch = filter_rows(batch, self.filter)
         out = pa.Table.from_arrays([batch.column(n) for n in self.columns], schema=self.output_schema)
         if with_kinds:
             # append tables hold inserts only, but an incremental read still labels every row
