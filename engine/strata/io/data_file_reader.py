@@ -15,7 +15,14 @@ import pyarrow.parquet as pq
 from strata.errors import CorruptDataError, FilterError, SchemaMismatchError
 from strata.fs import FileIO
 from strata.io.arrays import scalar, to_numpy
-from strata.io.page_index import FilePages, file_pages, read_rows, selected_rows
+from strata.io.page_index import (
+    COALESCE_GAP,
+    OBJECT_STORE_GAP,
+    FilePages,
+    file_pages,
+    read_rows,
+    selected_rows,
+)
 from strata.scan.predicate import ColumnStats, Predicate
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 
@@ -161,7 +168,7 @@ def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predic
             return
         constants = _constant_columns(parquet, columns, groups)
         decoded = [c for c in columns if c not in constants]
-        pages = _page_runs(source, path, parquet, groups, prune, names)
+        pages = _page_runs(source, path, parquet, groups, prune, names, file_io.is_object_store)
         if pages is None:
             batches = parquet.iter_batches(batch_size=batch_rows, row_groups=groups, columns=decoded,
                                            use_threads=use_threads)
@@ -179,10 +186,11 @@ class _PageRuns:
     groups: list[int]
     runs: dict[int, list[tuple[int, int]]]
     pages: FilePages | None  # None: no runs
+    gap: int = COALESCE_GAP  # byte ranges closer than this are read in one request
 
 
 def _page_runs(source: pa.NativeFile, path: str, parquet: pq.ParquetFile, groups: list[int] | None,
-               prune: Predicate | None, names: dict[str, str | None]) -> _PageRuns | None:
+               prune: Predicate | None, names: dict[str, str | None], object_store: bool) -> _PageRuns | None:
     """Where the page index narrows the row groups `prune` kept to ranges of rows (None: nowhere)."""
     if prune is None or not groups:
         return None
@@ -199,7 +207,7 @@ def _page_runs(source: pa.NativeFile, path: str, parquet: pq.ParquetFile, groups
     meta = parquet.metadata
     runs = {g: found for g in groups
             if (found := selected_rows(pages, g, meta.row_group(g).num_rows, prune, columns)) is not None}
-    return _PageRuns(groups, runs, pages) if runs else None
+    return _PageRuns(groups, runs, pages, OBJECT_STORE_GAP if object_store else COALESCE_GAP) if runs else None
 
 
 def _batches(source: pa.NativeFile, parquet: pq.ParquetFile, pages: _PageRuns, columns: list[str],
@@ -225,7 +233,8 @@ def _batches(source: pa.NativeFile, parquet: pq.ParquetFile, pages: _PageRuns, c
             continue
         yield from flush()
         assert pages.pages is not None
-        for start, batch in read_rows(source, pages.pages, parquet, g, pages.runs[g], columns, use_threads):
+        for start, batch in read_rows(source, pages.pages, parquet, g, pages.runs[g], columns, use_threads,
+                                      pages.gap):
             yield int(starts[g]) + start, batch
     yield from flush()
 
@@ -259,7 +268,8 @@ def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: 
         early = row_filter is not None and all(
             mapping.source.get(f) == f and f in decoded and parquet.schema_arrow.field(f).type == mapping.types[f]
             for f in row_filter.fields())
-        pages = _page_runs(source, path, parquet, selected, prune, names) or _PageRuns(selected, {}, None)
+        pages = _page_runs(source, path, parquet, selected, prune, names, file_io.is_object_store) \
+            or _PageRuns(selected, {}, None)
         for offset, batch in _batches(source, parquet, pages, decoded, batch_rows, use_threads):
             n = batch.num_rows
             dead = no_deletes if deleted is None else \

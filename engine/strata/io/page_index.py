@@ -32,8 +32,10 @@ from strata.scan.predicate import ColumnStats, Predicate
 PAGE_ROWS = 4096
 # Page pruning is used when it leaves at most this share of a row group's rows to decode.
 MAX_SELECTED_SHARE = 0.5
-# Byte ranges closer than this are read in one request.
+# Byte ranges closer than this are read in one request: a local file, and an object store, where
+# a request costs a round trip (as pyarrow's pre-buffering coalesces a row group's column chunks).
 COALESCE_GAP = 64 * 1024
+OBJECT_STORE_GAP = 1024 * 1024
 MAGIC = b"PAR1"
 
 # Parquet thrift field ids (parquet.thrift), of the structs read or written here
@@ -279,8 +281,8 @@ class _SpanStats:
 
 
 def read_rows(source: pa.NativeFile, pages: FilePages, parquet: pq.ParquetFile, group: int,
-              runs: Sequence[tuple[int, int]], columns: Sequence[str],
-              use_threads: bool = True) -> Iterator[tuple[int, pa.RecordBatch]]:
+              runs: Sequence[tuple[int, int]], columns: Sequence[str], use_threads: bool = True,
+              gap: int = COALESCE_GAP) -> Iterator[tuple[int, pa.RecordBatch]]:
     """The rows [start, end) of each run of the row group, `columns` only, with the row each run
     starts at in the group."""
     if not runs:
@@ -298,7 +300,7 @@ def read_rows(source: pa.NativeFile, pages: FilePages, parquet: pq.ParquetFile, 
     arrays: list[list[pa.ChunkedArray | None]] = [[None] * len(columns) for _ in runs]
     for ks in by_layout.values():
         tables = _decode(source, pages, parquet, group, [leaves[k] for k in ks],
-                         [located[k] for k in ks], runs, use_threads)  # type: ignore[misc]
+                         [located[k] for k in ks], runs, use_threads, gap)  # type: ignore[misc]
         for r, (table, skip) in enumerate(tables):
             for j, k in enumerate(ks):
                 arrays[r][k] = table.column(j).slice(skip, runs[r][1] - runs[r][0])
@@ -310,8 +312,8 @@ def read_rows(source: pa.NativeFile, pages: FilePages, parquet: pq.ParquetFile, 
 
 
 def _decode(source: pa.NativeFile, pages: FilePages, parquet: pq.ParquetFile, group: int, leaves: list[int],
-            located: list[_Pages], runs: Sequence[tuple[int, int]],
-            use_threads: bool) -> list[tuple[pa.Table, int]]:
+            located: list[_Pages], runs: Sequence[tuple[int, int]], use_threads: bool,
+            gap: int) -> list[tuple[pa.Table, int]]:
     """Each run's rows of the `leaves` columns (which share their page layout), decoded from a
     Parquet file of just their pages, and how many rows precede the run's start in it."""
     group_rows = parquet.metadata.row_group(group).num_rows
@@ -327,7 +329,7 @@ def _decode(source: pa.NativeFile, pages: FilePages, parquet: pq.ParquetFile, gr
             wanted.append(p.dictionary)
         for a, b in spans:
             wanted.append((int(p.offsets[a]), int(p.offsets[b] + p.sizes[b] - p.offsets[a])))
-    data = _read_ranges(source, wanted)
+    data = _read_ranges(source, wanted, gap)
     out = bytearray(MAGIC)
     row_groups = []
     for a, b in spans:
@@ -431,8 +433,8 @@ def _footer_parts(pages: FilePages, arrow: pa.Schema, leaves: list[int]) -> tupl
     return pages.footers[key]
 
 
-def _read_ranges(source: pa.NativeFile, ranges: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-    """The bytes of each (offset, size), ranges closer than COALESCE_GAP read in one request."""
+def _read_ranges(source: pa.NativeFile, ranges: list[tuple[int, int]], gap: int) -> dict[tuple[int, int], bytes]:
+    """The bytes of each (offset, size), ranges closer than `gap` read in one request."""
     ordered = sorted(set(ranges))
     out: dict[tuple[int, int], bytes] = {}
     i = 0
@@ -440,7 +442,7 @@ def _read_ranges(source: pa.NativeFile, ranges: list[tuple[int, int]]) -> dict[t
         start, size = ordered[i]
         end = start + size
         j = i + 1
-        while j < len(ordered) and ordered[j][0] - end <= COALESCE_GAP:
+        while j < len(ordered) and ordered[j][0] - end <= gap:
             end = max(end, ordered[j][0] + ordered[j][1])
             j += 1
         block = source.read_at(end - start, start)
