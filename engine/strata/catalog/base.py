@@ -43,7 +43,10 @@ class Identifier:
         database, dot, table = name.partition(".")
         if not dot:
             raise InvalidNameError(f"table name must be 'database.table', got {name!r}")
-        return Identifier(database, table)
+        try:
+            return Identifier(database, table)
+        except InvalidNameError as exc:
+            raise InvalidNameError(f"{name!r} is not a valid 'database.table' name: {exc}") from None
 
     def __str__(self) -> str:
         return f"{self.database}.{self.table}"
