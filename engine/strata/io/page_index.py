@@ -226,10 +226,16 @@ def selected_rows(pages: FilePages, group: int, group_rows: int, prune: Predicat
              for name, s in indexed.items()}
     missing = {name for name, found in columns.items() if found is None}  # added after the file: all null
     kept: list[int] = []
+    most = MAX_SELECTED_SHARE * group_rows
+    kept_rows = 0
 
     def visit(lo: int, hi: int) -> None:
         """Keep the spans lo..hi-1 that may match: halves of a range that cannot are skipped
-        whole, so a narrow range on a sorted column asks about a few ranges, not every page."""
+        whole, so a narrow range on a sorted column asks about a few ranges, not every page; once
+        more rows than pruning pays for are kept, nothing more is asked (an unsorted column)."""
+        nonlocal kept_rows
+        if kept_rows > most:
+            return
         rows = int(ends[hi - 1] - bounds[lo])
 
         def lookup(name: str) -> ColumnStats | None:
@@ -242,11 +248,14 @@ def selected_rows(pages: FilePages, group: int, group_rows: int, prune: Predicat
             return
         if hi - lo == 1:
             kept.append(lo)
+            kept_rows += rows
             return
         visit(lo, (lo + hi) // 2)
         visit((lo + hi) // 2, hi)
 
     visit(0, len(bounds))
+    if kept_rows > most:
+        return None
     runs: list[tuple[int, int]] = []
     for i in kept:
         start, end = int(bounds[i]), int(ends[i])
@@ -254,8 +263,6 @@ def selected_rows(pages: FilePages, group: int, group_rows: int, prune: Predicat
             runs[-1] = (runs[-1][0], end)
         else:
             runs.append((start, end))
-    if sum(e - s for s, e in runs) > MAX_SELECTED_SHARE * group_rows:
-        return None
     return runs
 
 
