@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from strata.manifest.data_file_meta import DataFileMeta
     from strata.manifest.manifest_entry import ManifestEntry
     from strata.mergetree.levels import Levels
-    from strata.scan.planner import ScanStats
     from strata.snapshot.snapshot import Snapshot
 
 try:
@@ -521,7 +520,14 @@ def write_stall(table: str) -> Iterator[None]:
 
 
 # -- scan helpers -------------------------------------------------------------------------------------
-def scan_finished(table: str, seconds: float, stats: ScanStats) -> None:
+class _ScanCounts(Protocol):  # strata.scan.planner.ScanStats
+    manifests_read: int
+    manifests_skipped: int
+    files_scanned: int
+    files_skipped: int
+
+
+def scan_finished(table: str, seconds: float, stats: _ScanCounts) -> None:
     SCAN_DURATION.labels(table).observe(seconds)
     SCAN_MANIFESTS_READ.labels(table).inc(stats.manifests_read)
     SCAN_MANIFESTS_SKIPPED.labels(table).inc(stats.manifests_skipped)

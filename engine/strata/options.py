@@ -72,6 +72,9 @@ def _ratio(text: str) -> float:
     return value
 
 
+POSTPONE_BUCKET = -2  # bucket option, and the bucket of the files a postpone-bucket table has not placed yet
+
+
 def _bucket(text: str) -> int:
     value = int(text)
     if value == 0 or value < -2:

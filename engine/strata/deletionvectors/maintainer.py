@@ -23,9 +23,9 @@ import numpy as np
 from strata.deletionvectors.index_file import DeletionFile, index_path, read_vectors, write_index_file
 from strata.deletionvectors.vector import DeletionVector
 from strata.fs import FileIO
+from strata.io.paths import PathFactory
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind
-from strata.table.paths import PathFactory
 
 
 class BucketDeletionVectors:

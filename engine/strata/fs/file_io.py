@@ -17,7 +17,7 @@ import random
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -220,12 +220,3 @@ def publish_new(file_io: FileIO, path: str, data: bytes, what: str) -> bool:
             f"reading it back failed too ({exc}). Nothing was deleted; read it again once the store answers: "
             "if it holds what was written, the change is done, else retry it.") from write_error
     return found == data
-
-
-def file_io_for(warehouse: str, options: Mapping[str, str] | None = None) -> FileIO:
-    """The FileIO for a warehouse URI: local paths and file:// now; s3:// via strata.fs.s3."""
-    if warehouse.startswith(("s3://", "s3a://")):
-        from strata.fs.s3 import S3FileIO  # optional extra
-
-        return S3FileIO(dict(options or {}))
-    return LocalFileIO()

@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 from strata.format import binary_row
 from strata.fs import FileIO
 from strata.io.page_index import PAGE_ROWS
+from strata.io.paths import PathFactory
 from strata.io.stats import _truncate_max, _truncate_min
 from strata.manifest.data_file_meta import DataFileMeta, FileSource
 from strata.manifest.simple_stats import SimpleStats
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
-from strata.table.paths import PathFactory
 
 FILE_SOURCE_APPEND = 0
 FILE_SOURCE_COMPACT = 1

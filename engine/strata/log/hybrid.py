@@ -33,10 +33,11 @@ from strata.log import metrics
 from strata.log.kafka import LogSystemError, snapshot_log_offsets
 from strata.log.options import REPAIR_HEADER, log_options
 from strata.log.serde import decode_values, with_row_kinds
+from strata.store import FileStore, HasStore, store_of
+from strata.table.read import read_arrow, read_changes
 
 if TYPE_CHECKING:
     from strata.snapshot.snapshot import Snapshot
-    from strata.table.table import Table
 
 log = logging.getLogger(__name__)
 ROW_KIND = "_ROW_KIND"
@@ -78,12 +79,12 @@ def repair_of_snapshot_up_to(message: Any, snapshot_id: int) -> bool:
 
 
 class HybridReader:
-    def __init__(self, table: Table, snapshot_id: int | None = None, columns: Sequence[str] | None = None,
-                 consumer_config: Mapping[str, Any] | None = None):
-        self.table = table
+    def __init__(self, table: FileStore | HasStore, snapshot_id: int | None = None,
+                 columns: Sequence[str] | None = None, consumer_config: Mapping[str, Any] | None = None):
+        self.table = table = store_of(table)
         self.opts = log_options(table)
         self.snapshot: Snapshot | None = (table.snapshot_manager.snapshot(snapshot_id) if snapshot_id is not None
-                                          else table.latest_snapshot())
+                                          else table.snapshot_manager.latest())
         self.columns = list(columns) if columns is not None else table.schema.field_names
         self.start_offsets = snapshot_log_offsets(self.snapshot)
         self.consumer_config = dict(consumer_config or {})
@@ -99,7 +100,7 @@ class HybridReader:
         if self.snapshot is None:
             data = pa.schema([self.table.schema.field(n).to_arrow() for n in self.columns]).empty_table()
         else:
-            data = self.table.to_arrow(self.columns, snapshot_id=self.snapshot.id)
+            data = read_arrow(self.table, self.columns, snapshot_id=self.snapshot.id)
         return data.add_column(0, pa.field(ROW_KIND, pa.string(), nullable=False),
                                pa.array(["+I"] * data.num_rows, pa.string()))
 
@@ -160,7 +161,7 @@ class HybridReader:
         the latest), exactly: records past that snapshot's offsets wait for the next call."""
         self._open()
         target_snapshot = (self.table.snapshot_manager.snapshot(snapshot_id) if snapshot_id is not None
-                           else self.table.latest_snapshot())
+                           else self.table.snapshot_manager.latest())
         if target_snapshot is None:
             return self._decode([])
         if self.mode == "snapshots":
@@ -213,7 +214,7 @@ class HybridReader:
     def _incremental(self, end: int) -> pa.Table:
         if end <= self._last_snapshot:
             return self._empty()
-        changes = self.table.read_incremental(self._last_snapshot, end, self.columns)
+        changes = read_changes(self.table, self._last_snapshot, end, self.columns)
         self._last_snapshot = end
         return changes
 

@@ -64,11 +64,11 @@ from strata.log.options import (
     log_options,
 )
 from strata.log.serde import KIND_NAMES, encode_keys, encode_values
+from strata.store import FileStore, HasStore, store_of
 
 if TYPE_CHECKING:
     from strata.operation.commit import CommitResult
     from strata.snapshot.snapshot import Snapshot
-    from strata.table.table import Table
 
 log = logging.getLogger(__name__)
 _QUIET = {"log_level": 3}
@@ -324,8 +324,8 @@ def _produce(producer: Any, topic: str, partition: int, keys: list[bytes] | None
 class LogWriter:
     """Produces the rows of one TableWrite into the table's topic (partition = bucket)."""
 
-    def __init__(self, table: Table, commit_user: str | None = None):
-        self.table = table
+    def __init__(self, table: FileStore | HasStore, commit_user: str | None = None):
+        self.table = table = store_of(table)
         self.opts = log_options(table)
         ensure_topic(self.opts)
         self.named_user = commit_user is not None  # only a named user can have an earlier incarnation
@@ -445,7 +445,7 @@ class LogCommit:
     """One commit of a table with a log store: records offsets in the snapshot, then finishes
     (commits or aborts) the Kafka transactions of the messages."""
 
-    def __init__(self, committables: Iterable[LogCommittable], table: Table | None = None,
+    def __init__(self, committables: Iterable[LogCommittable], table: FileStore | None = None,
                  commit_user: str = "", identifier: int | None = None):
         self.table = table
         self.commit_user = commit_user
@@ -504,8 +504,10 @@ class LogCommit:
                 log.warning("aborting log transaction %s failed", c.transactional_id, exc_info=True)
 
 
-def log_commit_for(table: Table, messages: Iterable[Any], commit_user: str, identifier: int) -> LogCommit | None:
+def log_commit_for(table: FileStore | HasStore, messages: Iterable[Any], commit_user: str,
+                   identifier: int) -> LogCommit | None:
     """The log side of a commit, or None for tables without a log store."""
+    table = store_of(table)
     if not log_enabled(table):
         return None
     return LogCommit((m.log for m in messages if getattr(m, "log", None) is not None), table, commit_user,
@@ -513,11 +515,12 @@ def log_commit_for(table: Table, messages: Iterable[Any], commit_user: str, iden
 
 
 # -- repairing the crash gap (see the module docstring) -----------------------------------------
-def repair_commit_log(table: Table, commit_user: str, identifier: int | None = None,
+def repair_commit_log(table: FileStore | HasStore, commit_user: str, identifier: int | None = None,
                       fresh: bool = False) -> _TxnProducer | None:
     """Make the log of `commit_user`'s latest commit (or the one with `identifier`) complete:
     re-produce its rows if its transaction never committed. Returns the (fenced, idle) producer
     of the commit user's transactional id, or None when there is nothing of ours to check."""
+    table = store_of(table)
     opts = log_options(table)
     if not opts.transactional:
         return None
@@ -542,7 +545,7 @@ def repair_commit_log(table: Table, commit_user: str, identifier: int | None = N
     return txn
 
 
-def _commit_snapshot(table: Table, commit_user: str, identifier: int | None) -> Snapshot | None:
+def _commit_snapshot(table: FileStore, commit_user: str, identifier: int | None) -> Snapshot | None:
     """The newest non-COMPACT snapshot of the commit user (with that identifier, if given)."""
     manager = table.snapshot_manager
     latest, earliest = manager.latest_id(), manager.earliest_id()
@@ -646,13 +649,16 @@ def _has_repair(consumer: Any, topic: str, partition: int, start: int, stop: int
     return any((REPAIR_HEADER, marker) in (m.headers() or ()) for m in _scan(consumer, topic, partition, start, stop))
 
 
-def _reproduce(table: Table, opts: LogOptions, snapshot_id: int, transactional_id: str, txn: _TxnProducer,
+def _reproduce(table: FileStore, opts: LogOptions, snapshot_id: int, transactional_id: str, txn: _TxnProducer,
                partitions: set[int]) -> int:
     """Produce the rows snapshot `snapshot_id` added to these buckets again, in one transaction."""
     import pyarrow.compute as pc
 
-    splits = [s for s in table.new_scan().plan_delta(snapshot_id) if max(s.bucket, 0) in partitions]
-    read = table.new_read()
+    from strata.scan.planner import TableScan
+    from strata.table.read import TableRead
+
+    splits = [s for s in TableScan(table).plan_delta(snapshot_id) if max(s.bucket, 0) in partitions]
+    read = TableRead(table)
     headers = [(REPAIR_HEADER, f"{snapshot_id} {transactional_id}".encode())]
     errors: list[str] = []
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from strata.errors import OptionError
-
-if TYPE_CHECKING:
-    from strata.table.table import Table
+from strata.store import FileStore, HasStore, store_of
 
 LOG_OFFSETS_PROPERTY = "log.offsets"  # snapshot property: JSON {bucket: next offset}
 # snapshot property: JSON {transactional id: {partition: end offset}} of the commit's transactions
@@ -49,11 +46,13 @@ class LogOptions:
         return f"strata-{self.table[:80]}-{hashlib.sha256(raw.encode()).hexdigest()[:32]}"
 
 
-def log_enabled(table: Table) -> bool:
+def log_enabled(table: FileStore | HasStore) -> bool:
+    table = store_of(table)
     return str(table.core.get("log.system")) == "kafka"
 
 
-def log_options(table: Table) -> LogOptions:
+def log_options(table: FileStore | HasStore) -> LogOptions:
+    table = store_of(table)
     core = table.core
     where = f"table {table.identifier}"
     raw = core.raw

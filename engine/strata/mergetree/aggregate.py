@@ -54,7 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from strata.errors import OptionError
-from strata.mergetree.merge_function import (
+from strata.mergetree.merge_base import (
     DELETE,
     INSERT,
     MergeError,

@@ -13,42 +13,30 @@ Engines: deduplicate (here), first-row (here), partial-update (partial_update.py
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
-from strata.errors import OptionError, StrataError
+from strata.errors import OptionError
+from strata.mergetree.merge_base import (  # noqa: F401 - the engines' shared names, importable from here too
+    DELETE,
+    INSERT,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    MergeError,
+    MergeFunction,
+    drop_retractions,
+    live_rows_mask,
+    retraction_mask,
+)
 from strata.mergetree.sequence import KeyGroups, SequenceOrder
 from strata.mergetree.sorting import group_ends, group_starts
 from strata.schema.table_schema import VALUE_KIND
 
 if TYPE_CHECKING:
     from strata.schema.table_schema import TableSchema
-
-INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = 0, 1, 2, 3
-
-
-class MergeError(StrataError, ValueError):
-    """Records the merge engine refuses (e.g. a retraction it cannot apply), or an overflow."""
-
-
-class MergeFunction(ABC):
-    sequence: SequenceOrder | None = None
-
-    @abstractmethod
-    def merge(self, table: pa.Table, key_names: Sequence[str]) -> pa.Table:
-        """One row per key of a table sorted by (key, sequence)."""
-
-    def required_columns(self, columns: Sequence[str]) -> list[str]:
-        """Columns a merge of ``columns`` also needs (sequence fields, sequence-group fields)."""
-        return [f for f in self.sequence.fields if f not in columns] if self.sequence else []
-
-    def check_kinds(self, kinds: np.ndarray, columns: Sequence[str]) -> None:
-        """Raise early (at write time) for row kinds the engine will refuse to merge."""
-        return None  # every row kind is accepted
 
 
 class DeduplicateMerge(MergeFunction):
@@ -92,21 +80,6 @@ class FirstRowMerge(MergeFunction):
 
 def _group_end_mask(table: pa.Table, key_names: Sequence[str]) -> np.ndarray:
     return group_ends(table, key_names)
-
-
-def retraction_mask(kinds: np.ndarray) -> np.ndarray:
-    return (kinds == UPDATE_BEFORE) | (kinds == DELETE)
-
-
-def drop_retractions(table: pa.Table) -> pa.Table:
-    """Keep only +I/+U records."""
-    kinds = table.column(VALUE_KIND).to_numpy()
-    keep = (kinds == INSERT) | (kinds == UPDATE_AFTER)
-    return table if keep.all() else table.filter(pa.array(keep))
-
-
-def live_rows_mask(kinds: np.ndarray) -> np.ndarray:
-    return (kinds == INSERT) | (kinds == UPDATE_AFTER)
 
 
 def _bool_option(options: Mapping[str, str], key: str) -> bool:

@@ -59,7 +59,7 @@ from strata.mergetree.aggregate import (
     function_name,
     retraction_error,
 )
-from strata.mergetree.merge_function import (
+from strata.mergetree.merge_base import (
     DELETE,
     INSERT,
     UPDATE_BEFORE,

@@ -13,6 +13,7 @@ import pyarrow as pa
 from strata import metrics
 from strata.deletionvectors import BucketDeletionVectors
 from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
+from strata.manifest.commit_message import CommitMessage
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.compact.manager import CompactManager
 from strata.mergetree.compact.task import ChangelogOutput, CompactResult, FileReader, run_compaction
@@ -22,7 +23,6 @@ from strata.mergetree.lookup import LevelLookup
 from strata.mergetree.merge_function import DeduplicateMerge, FirstRowMerge, MergeFunction
 from strata.mergetree.sorting import group_ends, sort_by_key
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
-from strata.table.commit_message import CommitMessage
 
 
 class BucketWriter:

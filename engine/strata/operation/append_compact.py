@@ -17,19 +17,19 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from strata import metrics
 from strata.deletionvectors import BucketDeletionVectors, DeletionFile, deleted_positions, deletion_files
 from strata.io.data_file_reader import ColumnMapping, read_file
 from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
+from strata.io.paths import PathFactory
+from strata.manifest.commit_message import CommitMessage
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
-from strata.table.commit_message import CommitMessage
-from strata.table.paths import PathFactory
-
-if TYPE_CHECKING:
-    from strata.table.table import Table
+from strata.scan.planner import TableScan
+from strata.store import FileStore, HasStore, store_of
+from strata.table.write import TableWrite
 
 
 @dataclass
@@ -62,7 +62,7 @@ class DeletionState:
     index: dict[tuple[bytes, int], list[IndexManifestEntry]]  # (partition, bucket) -> its index files
 
     @classmethod
-    def of(cls, table: Table, index_manifest: str | None) -> DeletionState:
+    def of(cls, table: FileStore, index_manifest: str | None) -> DeletionState:
         entries = [e for e in table.manifest_store.read_index_manifest(index_manifest)
                    if e.index_type == INDEX_TYPE_DELETION_VECTORS]
         index: dict[tuple[bytes, int], list[IndexManifestEntry]] = defaultdict(list)
@@ -75,15 +75,16 @@ class DeletionState:
         return (found.cardinality or 0) if found is not None else 0
 
 
-def plan_append_compaction(table: Table, full: bool = False,
+def plan_append_compaction(table: FileStore | HasStore, full: bool = False,
                            partitions: list[bytes] | None = None) -> list[AppendCompactTask]:
     """Contiguous runs of small files (at least compaction.min.file-num, at most .max.file-num);
     with deletion vectors, also files with many deleted rows (see the module's docstring)."""
+    table = store_of(table)
     target = table.core.target_file_size(False)
     min_files = 2 if full else int(table.core.get("compaction.min.file-num"))
     max_files = int(table.core.get("compaction.max.file-num"))
     threshold = float(table.core.get("compaction.delete-ratio-threshold"))
-    scan = table.new_scan()
+    scan = TableScan(table)
     snapshot = scan.snapshot()
     state = DeletionState.of(table, snapshot.index_manifest if snapshot else None) \
         if table.core.get("deletion-vectors.enabled") else None
@@ -123,9 +124,10 @@ def _task(partition: bytes, bucket: int, total: int, files: list[DataFileMeta],
                              list(state.index.get(key, [])))
 
 
-def compaction_index_changes(table: Table, tasks: Sequence[RewriteTask]) -> list[CommitMessage]:
+def compaction_index_changes(table: FileStore | HasStore, tasks: Sequence[RewriteTask]) -> list[CommitMessage]:
     """Deletion vectors: the index changes dropping the vectors of every file the tasks rewrote,
     one message per (partition, bucket), to commit with the tasks' messages."""
+    table = store_of(table)
     if not table.core.get("deletion-vectors.enabled") or table.schema.primary_keys:
         return []
     grouped: dict[tuple[bytes, int], list[RewriteTask]] = defaultdict(list)
@@ -149,14 +151,14 @@ def compaction_index_changes(table: Table, tasks: Sequence[RewriteTask]) -> list
     return messages
 
 
-def run_append_compaction(table: Table, task: AppendCompactTask) -> CommitMessage:
+def run_append_compaction(table: FileStore | HasStore, task: AppendCompactTask) -> CommitMessage:
     """Rewrite a task's files (in order) into new files; the message replaces them."""
+    table = store_of(table)
     from strata.schema.evolution import check_rewritable
-    from strata.table.write import TableWrite
 
     started = time.monotonic()
     config = TableWrite(table).config
-    partition_dir = table.partition_dir(table.new_scan()._partition_values(task.partition))
+    partition_dir = table.partition_dir(TableScan(table)._partition_values(task.partition))
     paths = PathFactory(table.path)
     bucket_dir = paths.bucket_dir(partition_dir, task.bucket)
     writer = DataFileWriter(table.file_io, paths, bucket_dir, config)

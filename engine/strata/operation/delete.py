@@ -32,17 +32,20 @@ import numpy as np
 from strata.deletionvectors import BucketDeletionVectors, deleted_positions
 from strata.errors import CommitConflictError
 from strata.io.data_file_reader import ROW_POSITION, ColumnMapping, read_file
+from strata.manifest.commit_message import CommitMessage
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind
-from strata.scan.planner import DataSplit
+from strata.operation.committer import NewCommit
+from strata.scan.planner import DataSplit, TableScan
 from strata.scan.predicate import Predicate, bind
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
-from strata.table.commit_message import CommitMessage
+from strata.store import FileStore, HasStore, store_of
+from strata.table.read import read_arrow
+from strata.table.write import write_messages
 
 if TYPE_CHECKING:
     from strata.snapshot.snapshot import Snapshot
-    from strata.table.table import Table
 
 
 @dataclass
@@ -66,23 +69,25 @@ class PreparedDelete:
         return [e for m in self.messages for e in m.index_changes if e.kind == FileKind.ADD]
 
 
-def delete_where(table: Table, predicate: Predicate, commit_user: str | None = None,
-                 identifier: int | None = None) -> DeleteResult:
-    """Delete the rows `predicate` selects (see the module's docstring); `identifier` is the
-    commit identifier (a streaming batch id: see ``last_committed_identifier``)."""
-    predicate = _check(table, predicate)
-    if table.schema.primary_keys:
-        return _delete_keys(table, predicate, commit_user, identifier)
-    retries = int(table.core.get("commit.max-retries"))
+def delete_where(table: FileStore | HasStore, predicate: Predicate, new_commit: NewCommit,
+                 commit_user: str | None = None, identifier: int | None = None) -> DeleteResult:
+    """Delete the rows `predicate` selects (see the module's docstring) and commit through
+    `new_commit` (the table's); `identifier` is the commit identifier (a streaming batch id: see
+    ``last_committed_identifier``)."""
+    store = store_of(table)
+    predicate = _check(store, predicate)
+    if store.schema.primary_keys:
+        return _delete_keys(store, predicate, new_commit, commit_user, identifier)
+    retries = int(store.core.get("commit.max-retries"))
     for attempt in range(1, retries + 2):
         prepared = prepare_delete(table, predicate)
         if not prepared.messages:
             return DeleteResult(None, 0, 0, attempt)
         try:
-            result = table.new_commit(commit_user).commit(
+            result = new_commit(commit_user).commit(
                 prepared.messages, BATCH_COMMIT_IDENTIFIER if identifier is None else identifier)
         except CommitConflictError:
-            _delete_index_files(table, prepared.written_index_files())  # nothing was published
+            _delete_index_files(store, prepared.written_index_files())  # nothing was published
             if attempt > retries:
                 raise
             continue
@@ -91,9 +96,11 @@ def delete_where(table: Table, predicate: Predicate, commit_user: str | None = N
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def prepare_delete(table: Table, predicate: Predicate, snapshot: Snapshot | None = None) -> PreparedDelete:
+def prepare_delete(table: FileStore | HasStore, predicate: Predicate,
+                   snapshot: Snapshot | None = None) -> PreparedDelete:
     """Mark the rows `predicate` selects in the vectors of `snapshot` (default: the latest) and
     write the new index files; the messages commit them."""
+    table = store_of(table)
     predicate = _check(table, predicate)
     if table.schema.primary_keys:
         raise ValueError(f"prepare_delete marks deletion vectors of append tables; {table.identifier} has a "
@@ -101,7 +108,7 @@ def prepare_delete(table: Table, predicate: Predicate, snapshot: Snapshot | None
     snapshot = snapshot if snapshot is not None else table.snapshot_manager.latest()
     if snapshot is None:
         return PreparedDelete(None, [], 0, 0)
-    splits = table.new_scan(filter=predicate, snapshot_id=snapshot.id).plan().splits
+    splits = TableScan(table, snapshot_id=snapshot.id, filter=predicate).plan().splits
     reads = [(split, f) for split in splits for f in split.files]
     workers = min(len(reads), os.cpu_count() or 1)
     if workers > 1:  # decoding and filtering release the GIL
@@ -139,7 +146,7 @@ def prepare_delete(table: Table, predicate: Predicate, snapshot: Snapshot | None
     return PreparedDelete(snapshot.id, messages, rows, sum(len(m) for m in by_bucket.values()))
 
 
-def _check(table: Table, predicate: Predicate) -> Predicate:
+def _check(table: FileStore, predicate: Predicate) -> Predicate:
     """The predicate bound to the table (FilterError names an unknown column or a bad literal)."""
     if predicate is None:
         raise ValueError(f"delete_where on {table.identifier} needs a predicate (strata.col(...)); "
@@ -152,7 +159,7 @@ def _check(table: Table, predicate: Predicate) -> Predicate:
     return bound
 
 
-def _matching_positions(table: Table, predicate: Predicate, split: DataSplit, f: DataFileMeta) -> np.ndarray:
+def _matching_positions(table: FileStore, predicate: Predicate, split: DataSplit, f: DataFileMeta) -> np.ndarray:
     """Positions (sorted) of the live rows of a data file that `predicate` selects."""
     fields = sorted(predicate.fields())
     mapping = ColumnMapping(table.schema, table.schema_at(f.schema_id), fields)
@@ -164,15 +171,16 @@ def _matching_positions(table: Table, predicate: Predicate, split: DataSplit, f:
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
-def _delete_keys(table: Table, predicate: Predicate, commit_user: str | None,
+def _delete_keys(table: FileStore, predicate: Predicate, new_commit: NewCommit, commit_user: str | None,
                  identifier: int | None) -> DeleteResult:
-    rows = table.to_arrow(filter=predicate)
+    rows = read_arrow(table, filter=predicate)
     if rows.num_rows == 0:
         return DeleteResult(None, 0, 0)
-    result = table.write(rows, row_kind="-D", commit_user=commit_user, identifier=identifier)
+    messages = write_messages(table, rows, row_kind="-D", commit_user=commit_user)
+    result = new_commit(commit_user).commit(messages, BATCH_COMMIT_IDENTIFIER if identifier is None else identifier)
     return DeleteResult(result.snapshot_ids[-1] if result.snapshot_ids else None, rows.num_rows, 0)
 
 
-def _delete_index_files(table: Table, entries: Sequence[IndexManifestEntry]) -> None:
+def _delete_index_files(table: FileStore, entries: Sequence[IndexManifestEntry]) -> None:
     for e in entries:
         table.file_io.delete(e.external_path or f"{table.paths.index_dir()}/{e.file_name}")

@@ -46,6 +46,7 @@ from strata.manifest.index_manifest import IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
 from strata.manifest.manifest_file_meta import ManifestFileMeta
 from strata.snapshot.snapshot import Snapshot
+from strata.store import FileStore, HasStore, store_of
 
 if TYPE_CHECKING:
     from strata.snapshot.snapshot_manager import SnapshotManager
@@ -73,8 +74,8 @@ def file_key(entry: ManifestEntry) -> FileKey:
 class TableFiles:
     """Paths and contents of one table's snapshots, for the cleaners."""
 
-    def __init__(self, table: Table):
-        self.table = table
+    def __init__(self, table: FileStore | HasStore):
+        self.table = table = store_of(table)
         self.file_io = table.file_io
         self.store = table.manifest_store
         self._partition_dirs: dict[bytes, str] = {}
@@ -244,13 +245,14 @@ class SharedFiles:
     metadata: set[str] = field(default_factory=set)
 
 
-def other_branches_files(table: Table, files: TableFiles) -> SharedFiles:
+def other_branches_files(table: FileStore | HasStore, files: TableFiles) -> SharedFiles:
     """Every file a snapshot or tag of another branch of `table` uses (nothing without branches).
     A branch's files are those of its earliest snapshot and tags plus what its later deltas add.
     What each snapshot and tag contributes is kept per process (``_RefFiles``), so an expiry reads
     only the snapshots a branch gained since the last one, not the branch's whole history."""
     from strata.table.tags import TagManager
 
+    table = store_of(table)
     shared = SharedFiles()
     for ref in table.branches.ref_paths(exclude=table.branch):
         with _REF_LOCK:

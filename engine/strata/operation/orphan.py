@@ -26,11 +26,11 @@ from strata.fs.file_io import FileStatus
 from strata.manifest.manifest_entry import FileKind, merge_entries
 from strata.operation.expire import TableFiles, try_delete_empty_dir
 from strata.snapshot.snapshot import Snapshot
+from strata.store import FileStore, HasStore, store_of
 
 if TYPE_CHECKING:
     from strata.snapshot.snapshot_manager import SnapshotManager
-    from strata.table.table import Table
-    from strata.table.tags import TagManager
+    from strata.snapshot.tags import TagManager
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,9 @@ def _is_temp(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
-def candidates(table: Table) -> tuple[list[FileStatus], list[str], dict[str, int]]:
+def candidates(table: FileStore | HasStore) -> tuple[list[FileStatus], list[str], dict[str, int]]:
     """(candidate files, the bucket directories they were listed from, directory mtimes)."""
+    table = store_of(table)
     io, root = table.file_io, table.path
     found: list[FileStatus] = []
     for sub in ("manifest", "index", "statistics"):
@@ -92,11 +93,12 @@ def candidates(table: Table) -> tuple[list[FileStatus], list[str], dict[str, int
     return found, buckets, mtimes
 
 
-def used_files(table: Table) -> set[str]:
+def used_files(table: FileStore | HasStore) -> set[str]:
     """Names of every file a snapshot or tag of any branch references (manifest lists, manifests,
     index manifests and files, statistics, data files with their extra files, changelog files)."""
+    table = store_of(table)
     from strata.snapshot.snapshot_manager import SnapshotManager
-    from strata.table.tags import TagManager
+    from strata.snapshot.tags import TagManager
 
     files = TableFiles(table)
     used: set[str] = set()
@@ -144,10 +146,11 @@ def _used_by(files: TableFiles, manager: SnapshotManager, tag_manager: TagManage
 
 
 @metrics.orphan_cleanup_run
-def remove_orphan_files(table: Table, older_than_millis: int | None = None,
+def remove_orphan_files(table: FileStore | HasStore, older_than_millis: int | None = None,
                         dry_run: bool = False) -> OrphanResult:
     """Delete unreferenced files last modified before `older_than_millis` (epoch millis; default
     now minus one day). Returns what was (or, with `dry_run`, would be) deleted."""
+    table = store_of(table)
     now = int(time.time() * 1000)
     cutoff = now - DEFAULT_OLDER_THAN_MS if older_than_millis is None else older_than_millis
     if cutoff > now:

@@ -23,15 +23,13 @@ import re
 import time
 import uuid
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from strata.format import binary_row
+from strata.io.paths import partition_value_string
 from strata.manifest.manifest_entry import live_files
 from strata.operation.commit import FileStoreCommit
-from strata.table.paths import partition_value_string
-
-if TYPE_CHECKING:
-    from strata.table.table import Table
+from strata.store import FileStore, HasStore, store_of
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +116,9 @@ def _value_text(value: Any) -> str | None:
     return partition_value_string(value)
 
 
-def partition_time(table: Table, values: list[Any]) -> dt.datetime | None:
+def partition_time(table: FileStore | HasStore, values: list[Any]) -> dt.datetime | None:
     """The values-time of a partition, or None if it cannot be extracted."""
+    table = store_of(table)
     texts = [_value_text(v) for v in values]
     if any(t is None for t in texts):
         return None
@@ -135,10 +134,11 @@ def partition_time(table: Table, values: list[Any]) -> dt.datetime | None:
         return None
 
 
-def expire_partitions(table: Table, expiration_ms: int | None = None, now: dt.datetime | None = None,
+def expire_partitions(table: FileStore | HasStore, expiration_ms: int | None = None, now: dt.datetime | None = None,
                       max_expires: int | None = None, strategy: str | None = None,
                       commit_user: str | None = None, dry_run: bool = False) -> list[dict[str, Any]]:
     """Drop the expired partitions in one OVERWRITE commit; returns their values (by key)."""
+    table = store_of(table)
     if not table.schema.partition_keys:
         raise ValueError(f"table {table.identifier} is not partitioned")
     if expiration_ms is None:
@@ -185,8 +185,9 @@ def expire_partitions(table: Table, expiration_ms: int | None = None, now: dt.da
     return dropped
 
 
-def maybe_expire_partitions(table: Table) -> list[dict[str, Any]]:
+def maybe_expire_partitions(table: FileStore | HasStore) -> list[dict[str, Any]]:
     """After a commit: expire partitions if configured and the check interval has passed."""
+    table = store_of(table)
     if table.core.get("partition.expiration-time") is None or not table.schema.partition_keys:
         return []
     interval_s = int(table.core.get("partition.expiration-check-interval")) / 1000

@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from strata.errors import SnapshotNotFoundError
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
 from strata.operation.expire import FileKey, TableFiles, file_key, other_branches_files
 from strata.snapshot.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from strata.table.table import Table
+from strata.store import FileStore, HasStore, store_of
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +38,10 @@ class RollbackResult:
     metadata_files_deleted: int = 0
 
 
-def resolve_target(table: Table, target: int | str) -> tuple[Snapshot, bool]:
+def resolve_target(table: FileStore | HasStore, target: int | str) -> tuple[Snapshot, bool]:
     """(the target snapshot, whether its snapshot file exists). An int is a snapshot id (or, if
     that snapshot expired, a tag of it, as Paimon); a str is a tag name."""
+    table = store_of(table)
     manager = table.snapshot_manager
     if isinstance(target, str) and not target.isdigit():
         snapshot = table.tags.info(target).snapshot
@@ -59,7 +57,8 @@ def resolve_target(table: Table, target: int | str) -> tuple[Snapshot, bool]:
                                     "no such snapshot or tag") from None
 
 
-def rollback_to(table: Table, target: int | str) -> RollbackResult:
+def rollback_to(table: FileStore | HasStore, target: int | str) -> RollbackResult:
+    table = store_of(table)
     snapshot, exists = resolve_target(table, target)
     manager = table.snapshot_manager
     latest = manager.latest_id()
@@ -82,8 +81,8 @@ def rollback_to(table: Table, target: int | str) -> RollbackResult:
     shared = other_branches_files(table, files)  # a branch may have started after the target
     keep_data = files.live_keys(snapshot) | shared.data
     keep_metadata = files.metadata_names(snapshot) | shared.metadata
-    for tag in kept_tags:
-        keep_metadata |= files.metadata_names(tag)
+    for kept in kept_tags:
+        keep_metadata |= files.metadata_names(kept)
     candidates: list[ManifestEntry] = []
     first = True
     for snap in doomed:

@@ -20,7 +20,6 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,16 +29,17 @@ from strata.deletionvectors import DeletionFile, deleted_positions
 from strata.errors import CommitConflictError, CommitFailedError
 from strata.io.data_file_reader import ColumnMapping, read_file
 from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
+from strata.io.paths import PathFactory
+from strata.manifest.commit_message import CommitMessage
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.index_manifest import IndexManifestEntry
 from strata.operation.append_compact import DeletionState, compaction_index_changes
 from strata.operation.commit import CommitResult
+from strata.operation.committer import NewCommit
 from strata.operation.zorder import check_zorder_type, zorder_sort_indices
-from strata.table.commit_message import CommitMessage
-from strata.table.paths import PathFactory
-
-if TYPE_CHECKING:
-    from strata.table.table import Table
+from strata.scan.planner import TableScan
+from strata.store import FileStore, HasStore, store_of
+from strata.table.write import TableWrite
 
 ORDER = "order"
 ZORDER = "zorder"
@@ -59,10 +59,11 @@ class SortCompactTask:
     index_entries: list[IndexManifestEntry] = field(default_factory=list)
 
 
-def sort_compact(table: Table, columns: Sequence[str], strategy: str = ORDER,
+def sort_compact(table: FileStore | HasStore, columns: Sequence[str], new_commit: NewCommit, strategy: str = ORDER,
                  partitions: list[bytes] | None = None, commit_user: str | None = None) -> CommitResult:
     """Sort-compact `partitions` (serialized; None: every partition) and commit one COMPACT
     snapshot. On failure nothing is committed and the files written so far are deleted."""
+    table = store_of(table)
     columns = check_sort_compaction(table, columns, strategy)
     messages: list[CommitMessage] = []
     try:
@@ -74,14 +75,15 @@ def sort_compact(table: Table, columns: Sequence[str], strategy: str = ORDER,
         _delete_written(table, messages)
         raise
     try:
-        return table.new_commit(commit_user).commit(messages)
+        return new_commit(commit_user).commit(messages)
     except (CommitConflictError, CommitFailedError):
         _delete_written(table, messages)  # nothing was published
         raise
 
 
-def check_sort_compaction(table: Table, columns: Sequence[str], strategy: str) -> list[str]:
+def check_sort_compaction(table: FileStore | HasStore, columns: Sequence[str], strategy: str) -> list[str]:
     """Refuse tables, strategies and columns sort compaction cannot handle; the sort columns."""
+    table = store_of(table)
     where = f"table {table.identifier}"
     if table.schema.primary_keys:
         raise ValueError(f"sort compaction of {where} is not supported: it has a primary key "
@@ -109,10 +111,11 @@ def check_sort_compaction(table: Table, columns: Sequence[str], strategy: str) -
     return names
 
 
-def plan_sort_compaction(table: Table, partitions: list[bytes] | None = None) -> list[SortCompactTask]:
+def plan_sort_compaction(table: FileStore | HasStore, partitions: list[bytes] | None = None) -> list[SortCompactTask]:
     """One task per selected partition that has files."""
+    table = store_of(table)
     groups: dict[tuple[bytes, int, int], list[DataFileMeta]] = defaultdict(list)
-    scan = table.new_scan()
+    scan = TableScan(table)
     snapshot = scan.snapshot()
     for entry in scan.plan_entries(snapshot):
         if partitions is None or entry.partition in partitions:
@@ -130,15 +133,14 @@ def plan_sort_compaction(table: Table, partitions: list[bytes] | None = None) ->
     return tasks
 
 
-def run_sort_compaction(table: Table, task: SortCompactTask, columns: Sequence[str],
+def run_sort_compaction(table: FileStore | HasStore, task: SortCompactTask, columns: Sequence[str],
                         strategy: str) -> CommitMessage:
     """Read the task's files, sort the rows and write them into files of about the target size."""
-    from strata.table.write import TableWrite
-
+    table = store_of(table)
     started = time.monotonic()
     config = TableWrite(table).config
     paths = PathFactory(table.path)
-    bucket_dir = paths.bucket_dir(table.partition_dir(table.new_scan()._partition_values(task.partition)),
+    bucket_dir = paths.bucket_dir(table.partition_dir(TableScan(table)._partition_values(task.partition)),
                                   task.bucket)
     tables = list(_read(table, bucket_dir, task.files, task.deletion_files))
     # every row deleted: the files are dropped, nothing is written
@@ -162,13 +164,14 @@ def run_sort_compaction(table: Table, task: SortCompactTask, columns: Sequence[s
                          compact_before=list(task.files), compact_after=after)
 
 
-def sort_indices(table: Table, data: pa.Table, columns: Sequence[str], strategy: str) -> pa.Array:
+def sort_indices(table: FileStore | HasStore, data: pa.Table, columns: Sequence[str], strategy: str) -> pa.Array:
+    table = store_of(table)
     if strategy == ZORDER:
         return zorder_sort_indices(data, columns, int(table.core.get("zorder.var-length-contribution")))
     return pc.sort_indices(data, sort_keys=[(c, "ascending", "at_start") for c in columns])
 
 
-def _read(table: Table, bucket_dir: str, files: list[DataFileMeta],
+def _read(table: FileStore, bucket_dir: str, files: list[DataFileMeta],
           vectors: dict[str, DeletionFile]) -> Iterator[pa.Table]:
     """The files' rows, without those their deletion vectors mark."""
     from strata.schema.evolution import check_rewritable
@@ -189,13 +192,13 @@ def _rows_per_file(files: list[DataFileMeta], target_size: int) -> int:
     return max(1, int(target_size * rows / size)) if rows and size else max(1, rows)
 
 
-def _delete_written(table: Table, messages: list[CommitMessage]) -> None:
+def _delete_written(table: FileStore, messages: list[CommitMessage]) -> None:
     paths = PathFactory(table.path)
     for m in messages:
-        partition_dir = table.partition_dir(table.new_scan()._partition_values(m.partition))
+        partition_dir = table.partition_dir(TableScan(table)._partition_values(m.partition))
         _delete_files(table, paths.bucket_dir(partition_dir, m.bucket), m.compact_after)
 
 
-def _delete_files(table: Table, bucket_dir: str, files: list[DataFileMeta]) -> None:
+def _delete_files(table: FileStore, bucket_dir: str, files: list[DataFileMeta]) -> None:
     for f in files:
         table.file_io.delete(f"{bucket_dir}/{f.file_name}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from strata import metrics
 from strata.deletionvectors import DeletionFile, deletion_files
@@ -17,13 +17,10 @@ from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, live_files, merge_entries
 from strata.manifest.manifest_file_meta import ManifestFileMeta
 from strata.manifest.simple_stats import SimpleStats
+from strata.options import POSTPONE_BUCKET
 from strata.scan.predicate import ColumnStats, Predicate, bind, equality_literals, only_fields
 from strata.snapshot.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from strata.table.table import Table
-
-POSTPONE_BUCKET = -2  # bucket of the files a postpone-bucket table (bucket = -2) has not placed yet
+from strata.store import FileStore, HasStore, store_of
 
 
 @dataclass
@@ -72,9 +69,10 @@ class Plan:
 
 
 class TableScan:
-    def __init__(self, table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
-                 tag: str | None = None, filter: Predicate | None = None, read_optimized: bool = False):
-        self.table = table
+    def __init__(self, table: FileStore | HasStore, snapshot_id: int | None = None,
+                 timestamp_millis: int | None = None, tag: str | None = None, filter: Predicate | None = None,
+                 read_optimized: bool = False):
+        self.store = table = store_of(table)
         # $ro: primary-key tables read only their top level (fully merged, possibly stale), with
         # deletion vectors too (Paimon's ReadOptimizedTable)
         self.top_level = table.core.num_levels - 1 if read_optimized and table.schema.primary_keys else None
@@ -93,16 +91,16 @@ class TableScan:
 
     # -- snapshot selection ---------------------------------------------------------------
     def snapshot(self) -> Snapshot | None:
-        manager = self.table.snapshot_manager
+        manager = self.store.snapshot_manager
         if self._tag is not None:
-            return self.table.tags.get(self._tag)
+            return self.store.tags.get(self._tag)
         if self._snapshot_id is not None:
             return manager.snapshot(self._snapshot_id)
         if self._timestamp is not None:
             snap = manager.latest_at_or_before(self._timestamp)
             if snap is None:
                 raise SnapshotNotFoundError(
-                    f"no snapshot of table {self.table.identifier} at or before {self._timestamp}")
+                    f"no snapshot of table {self.store.identifier} at or before {self._timestamp}")
             return snap
         return manager.latest()
 
@@ -112,7 +110,7 @@ class TableScan:
         snapshot = snapshot if snapshot is not None else self.snapshot()
         if snapshot is None:
             return []
-        store = self.table.manifest_store
+        store = self.store.manifest_store
         metas = (store.read_manifest_list(snapshot.base_manifest_list)
                  + store.read_manifest_list(snapshot.delta_manifest_list))
         # partition-filter before merging: a kept manifest may hold the DELETE of a file whose ADD
@@ -121,7 +119,7 @@ class TableScan:
         if self.partition_filter is not None:
             entries = [e for e in entries if self._entry_partition_ok(e)]
         live = live_files(entries)
-        if self.table.core.bucket == POSTPONE_BUCKET:
+        if self.store.core.bucket == POSTPONE_BUCKET:
             # Paimon's onlyReadRealBuckets: bucket-postpone files wait for the postpone compaction
             live = [e for e in live if e.bucket != POSTPONE_BUCKET]
         if self._keeps_all():
@@ -152,28 +150,28 @@ class TableScan:
         if self.deletion_vectors and snapshot is not None:
             self._attach_deletion_files(snapshot, splits)
         plan = Plan(snapshot, splits, self.stats)
-        metrics.scan_finished(str(self.table.identifier), time.monotonic() - started, self.stats)
+        metrics.scan_finished(str(self.store.identifier), time.monotonic() - started, self.stats)
         return plan
 
     def _skips_level0(self) -> bool:
         """Batch reads of merge-on-write and first-row tables skip level 0 (Paimon's
         batchScanSkipLevel0): their writers compact it up at every commit, and until then (or
         until the compaction job runs, for write-only writers) its rows are not visible."""
-        if not self.table.schema.primary_keys:
+        if not self.store.schema.primary_keys:
             return False
-        return self.deletion_vectors or self.table.core.merge_engine == "first-row"
+        return self.deletion_vectors or self.store.core.merge_engine == "first-row"
 
     def _attach_deletion_files(self, snapshot: Snapshot, splits: list[DataSplit]) -> None:
-        index = self.table.manifest_store.read_index_manifest(snapshot.index_manifest)
-        by_bucket = deletion_files(self.table.path, index)
+        index = self.store.manifest_store.read_index_manifest(snapshot.index_manifest)
+        by_bucket = deletion_files(self.store.path, index)
         for split in splits:
             found = by_bucket.get((split.partition, split.bucket), {})
             split.deletion_files = {f.file_name: found[f.file_name] for f in split.files if f.file_name in found}
 
     def plan_delta(self, snapshot_id: int) -> list[DataSplit]:
         """The files a snapshot added (its delta), as splits that keep row kinds."""
-        snapshot = self.table.snapshot_manager.snapshot(snapshot_id)
-        store = self.table.manifest_store
+        snapshot = self.store.snapshot_manager.snapshot(snapshot_id)
+        store = self.store.manifest_store
         entries = merge_entries(store.read_entries(store.read_manifest_list(snapshot.delta_manifest_list)))
         added = [e for e in entries if e.kind == FileKind.ADD and self._keep(e)]
         splits = self._splits(snapshot.id, added)
@@ -183,10 +181,10 @@ class TableScan:
 
     def plan_changelog(self, snapshot_id: int) -> list[DataSplit]:
         """The changelog files a snapshot added, as splits that keep row kinds."""
-        snapshot = self.table.snapshot_manager.snapshot(snapshot_id)
+        snapshot = self.store.snapshot_manager.snapshot(snapshot_id)
         if snapshot.changelog_manifest_list is None:
             return []
-        store = self.table.manifest_store
+        store = self.store.manifest_store
         entries = store.read_entries(store.read_manifest_list(snapshot.changelog_manifest_list))
         splits = self._splits(snapshot.id, [e for e in entries if self._keep(e)])
         for s in splits:
@@ -196,9 +194,9 @@ class TableScan:
     def plan_changes(self, snapshot_id: int) -> list[DataSplit]:
         """What a streaming or incremental reader consumes for one snapshot: the changelog when
         the table has a changelog producer, else the delta of APPEND snapshots."""
-        if self.table.core.get("changelog-producer") != "none":
+        if self.store.core.get("changelog-producer") != "none":
             return self.plan_changelog(snapshot_id)
-        if self.table.snapshot_manager.snapshot(snapshot_id).commit_kind != "APPEND":
+        if self.store.snapshot_manager.snapshot(snapshot_id).commit_kind != "APPEND":
             return []  # like Java's delta mode: compactions rewrite rows, overwrites are no changelog
         return self.plan_delta(snapshot_id)
 
@@ -209,10 +207,10 @@ class TableScan:
         splits = []
         for (partition, bucket), group in sorted(grouped.items(), key=lambda kv: (kv[0][0], kv[0][1])):
             values = tuple(self._partition_values(partition))
-            part_dir = self.table.partition_dir(values)
+            part_dir = self.store.partition_dir(values)
             files = sorted((e.file for e in group), key=lambda f: f.min_sequence_number)
             splits.append(DataSplit(snapshot_id, partition, values, bucket, group[0].total_buckets, files,
-                                    self.table.paths.bucket_dir(part_dir, bucket)))
+                                    self.store.paths.bucket_dir(part_dir, bucket)))
         return splits
 
     # -- pruning ----------------------------------------------------------------------------
@@ -221,7 +219,7 @@ class TableScan:
             return metas
         kept = []
         for meta in metas:
-            stats = self._decode_stats(meta.partition_stats, self.table.schema.partition_keys,
+            stats = self._decode_stats(meta.partition_stats, self.store.schema.partition_keys,
                                        [f.type.to_arrow() for f in self.partition_fields], None)
             if self.partition_filter.may_match(stats):
                 kept.append(meta)
@@ -254,14 +252,14 @@ class TableScan:
             return True
         cache = self.__dict__.setdefault("_partition_cache", {})
         if partition not in cache:
-            values = dict(zip(self.table.schema.partition_keys, self._partition_values(partition), strict=True))
+            values = dict(zip(self.store.schema.partition_keys, self._partition_values(partition), strict=True))
             cache[partition] = self.partition_filter.may_match(
                 lambda name: ColumnStats(values[name], values[name], int(values[name] is None), 1)
                 if name in values else None)
         return bool(cache[partition])
 
     def _bucket_ok(self, entry: ManifestEntry) -> bool:
-        schema = self.table.schema
+        schema = self.store.schema
         if entry.total_buckets <= 0 or self.filter is None:
             return True
         keys = schema.bucket_keys()
@@ -282,7 +280,7 @@ class TableScan:
     def _file_ok(self, entry: ManifestEntry) -> bool:
         if self.file_filter is None:
             return True
-        schema = self.table.schema_at(entry.file.schema_id)
+        schema = self.store.schema_at(entry.file.schema_id)
         f = entry.file
         if schema.primary_keys:
             names = [k.name for k in schema.key_fields()]
@@ -293,7 +291,7 @@ class TableScan:
             types = [schema.field(n).type.to_arrow() for n in names]
             stats = f.value_stats
         lookup = self._decode_stats(stats, names, types, f.row_count)
-        if schema.id != self.table.schema.id:
+        if schema.id != self.store.schema.id:
             lookup = self._evolved_stats(lookup, schema, f.row_count)
         return self.file_filter.may_match(lookup)
 
@@ -305,7 +303,7 @@ class TableScan:
         names = cache.get(file_schema.id)
         if names is None:
             by_id = {fld.id: fld.name for fld in file_schema.fields}
-            names = {fld.name: by_id.get(fld.id) for fld in self.table.schema.fields}
+            names = {fld.name: by_id.get(fld.id) for fld in self.store.schema.fields}
             cache[file_schema.id] = names
 
         def evolved(name: str) -> ColumnStats | None:

@@ -29,9 +29,9 @@ from strata.spark.options import TableRef, normalize, table_ref
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from strata.manifest.commit_message import CommitMessage
     from strata.manifest.data_file_meta import DataFileMeta
     from strata.operation.append_compact import AppendCompactTask
-    from strata.table.commit_message import CommitMessage
     from strata.table.table import Table
 
 DEFAULT_COMMIT_USER = "strata-spark-compaction"

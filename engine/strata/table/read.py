@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from strata.deletionvectors import deleted_positions
+from strata.errors import SnapshotNotFoundError
 from strata.fs import FileIO
 from strata.fs.prefetch import PrefetchedFileIO, prefetching
 from strata.io.arrays import to_numpy
@@ -22,7 +23,7 @@ from strata.mergetree.anti_join import anti_join_applies, integer_like, preceden
 from strata.mergetree.merge_function import FirstRowMerge, live_rows_mask, merge_function_for
 from strata.mergetree.merge_reader import merge_runs
 from strata.operation.commit import key_decoder
-from strata.scan.planner import DataSplit
+from strata.scan.planner import DataSplit, TableScan
 from strata.scan.predicate import Predicate, bind, only_fields
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND
 from strata.store import FileStore, HasStore, store_of
@@ -271,6 +272,52 @@ class TableRead:
             kinds = batch.column(ROW_KIND_COLUMN) if self.key_names else pa.repeat("+I", out.num_rows)
             out = out.add_column(0, pa.field(ROW_KIND_COLUMN, pa.string(), nullable=False), kinds)
         return out
+
+
+def read_arrow(store: FileStore, columns: Sequence[str] | None = None, filter: Predicate | None = None,
+               snapshot_id: int | None = None, timestamp_millis: int | None = None, tag: str | None = None,
+               read_optimized: bool = False) -> pa.Table:
+    """Rows of the table (latest snapshot unless time travel), what ``Table.to_arrow`` returns."""
+    scan, store = _scan_as_of(store, filter, snapshot_id, timestamp_millis, tag, read_optimized)
+    return TableRead(store, columns, filter).to_arrow(scan.plan().splits)
+
+
+def read_batches(store: FileStore, columns: Sequence[str] | None = None, filter: Predicate | None = None,
+                 snapshot_id: int | None = None) -> Iterator[pa.RecordBatch]:
+    scan, store = _scan_as_of(store, filter, snapshot_id)
+    return TableRead(store, columns, filter).to_batches(scan.plan().splits)
+
+
+def _scan_as_of(store: FileStore, filter: Predicate | None, snapshot_id: int | None,
+                timestamp_millis: int | None = None, tag: str | None = None,
+                read_optimized: bool = False) -> tuple[TableScan, FileStore]:
+    """The scan, and the store as of the scanned snapshot: time travel reads with that snapshot's
+    schema (columns, names and options), as Paimon does."""
+    scan = TableScan(store, snapshot_id, timestamp_millis, tag, filter, read_optimized)
+    if (snapshot_id, timestamp_millis, tag) == (None, None, None):
+        return scan, store
+    snapshot = scan.snapshot()
+    if snapshot is None or snapshot.schema_id == store.schema.id:
+        return scan, store
+    as_of = store.with_schema(store.schema_at(snapshot.schema_id))
+    return TableScan(as_of, snapshot_id, timestamp_millis, tag, filter, read_optimized), as_of
+
+
+def read_changes(store: FileStore, start_exclusive: int, end_inclusive: int,
+                 columns: Sequence[str] | None = None) -> pa.Table:
+    """Changes of snapshots (start, end], with a `_ROW_KIND` column (+I/-U/+U/-D): the
+    changelog files with a changelog producer, else the records each commit wrote."""
+    latest = store.snapshot_manager.latest_id() or 0
+    if end_inclusive > latest:
+        raise SnapshotNotFoundError(f"read_incremental({start_exclusive}, {end_inclusive}) of table "
+                                    f"{store.identifier}: snapshot {end_inclusive} does not exist; the "
+                                    f"latest is {latest or 'none'}")
+    scan = TableScan(store)
+    splits = [s for sid in range(start_exclusive + 1, end_inclusive + 1) for s in scan.plan_changes(sid)]
+    read = TableRead(store, columns)
+    if not splits:
+        return read._schema(True).empty_table()
+    return read.to_arrow(splits)
 
 
 @dataclass

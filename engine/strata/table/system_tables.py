@@ -41,16 +41,16 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
 
-from strata.catalog.base import Identifier
 from strata.errors import SchemaMismatchError, StrataError, TableNotFoundError
 from strata.format import binary_row
+from strata.io.paths import _java_float
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.manifest_entry import ManifestEntry
 from strata.scan.planner import DataSplit
 from strata.scan.predicate import Predicate
 from strata.schema.table_schema import TableSchema, schema_from_arrow
 from strata.schema.types import DataType
-from strata.table.paths import _java_float
+from strata.store import Identifier
 from strata.table.read import ROW_KIND_COLUMN, TableRead
 from strata.table.table import Table
 

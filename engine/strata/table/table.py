@@ -2,102 +2,151 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from strata.errors import SnapshotNotFoundError
 from strata.fs import FileIO
+from strata.io.paths import PathFactory
+from strata.manifest.manifest_store import ManifestStore
 from strata.operation.commit import CommitResult
-from strata.operation.manifests import ManifestStore
 from strata.options import CoreOptions
 from strata.scan.planner import DataSplit, TableScan
 from strata.scan.predicate import Predicate
 from strata.schema.schema_manager import SchemaManager
 from strata.schema.table_schema import TableSchema
 from strata.snapshot.branches import BranchManager, branch_path, is_main, normalize_branch
+from strata.snapshot.consumers import ConsumerManager
 from strata.snapshot.snapshot import Snapshot
 from strata.snapshot.snapshot_manager import SnapshotManager
+from strata.snapshot.tags import TagInfo, TagManager
+from strata.store import FileStore, Identifier, PublishFn
 from strata.table.commit import TableCommit
-from strata.table.paths import PathFactory, partition_path
-from strata.table.read import TableRead
-from strata.table.write import TableWrite
+from strata.table.read import TableRead, read_arrow, read_batches, read_changes
+from strata.table.write import TableWrite, write_messages
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from strata.catalog.base import Catalog, Identifier
     from strata.operation.delete import DeleteResult
     from strata.operation.expire import ExpireResult
     from strata.operation.orphan import OrphanResult
     from strata.operation.rollback import RollbackResult
     from strata.schema.evolution import SchemaChange
-    from strata.table.consumers import ConsumerManager
-    from strata.table.tags import TagInfo
+
+
+class TableCatalog(Protocol):
+    """What the table asks of the catalog that loaded it (``strata.catalog.base.Catalog``)."""
+
+    def get_table(self, name: str | Identifier) -> Table: ...
+
+    def alter_table(self, name: Identifier, changes: Sequence[SchemaChange]) -> Table | None: ...
+
+    def schema_change_lock(self, table: Table) -> contextlib.AbstractContextManager[object]: ...
 
 
 class Table:
+    """The user's table, built on its FileStore (``table.store``): builders for writing and
+    reading, the one-call API, maintenance, branches and schema evolution."""
+
     def __init__(self, file_io: FileIO, path: str, identifier: Identifier, schema: TableSchema,
-                 catalog: Catalog | None = None, branch: str | None = None):
+                 catalog: TableCatalog | None = None, branch: str | None = None):
         """`path` is the table directory (data files, manifests, index files); `branch` (default
         the ``branch`` option, else main) picks whose snapshot/, schema/, tag/ and consumer/ are
         used (``<path>/branch/branch-<name>/``, strata.snapshot.branches)."""
-        self.file_io = file_io
-        self.path = path.rstrip("/")
-        self.identifier = identifier
-        self.schema = schema
         self.catalog = catalog
-        self.options = dict(schema.options)
-        self.core = CoreOptions(self.options)
-        self.branch = normalize_branch(branch if branch is not None else self.options.get("branch"))
-        self.metadata_path = branch_path(self.path, self.branch)
-        self.snapshot_manager = SnapshotManager(file_io, self.metadata_path)
-        self.schema_manager = SchemaManager(file_io, self.metadata_path)
-        self.paths = PathFactory(self.path)
+        hook = getattr(catalog, "snapshot_publisher", None)
+        self.store = FileStore(file_io, path, identifier, schema, branch, hook if callable(hook) else None)
+
+    @classmethod
+    def _on_store(cls, store: FileStore, catalog: TableCatalog | None) -> Table:
+        table = cls.__new__(cls)
+        table.catalog, table.store = catalog, store
+        return table
 
     def __repr__(self) -> str:
         return f"Table({self.identifier}, {self.metadata_path})"
 
-    @cached_property
+    # -- the store's parts, as the table's ------------------------------------------------------
+    @property
+    def file_io(self) -> FileIO:
+        return self.store.file_io
+
+    @property
+    def path(self) -> str:
+        return self.store.path
+
+    @property
+    def identifier(self) -> Identifier:
+        return self.store.identifier
+
+    @property
+    def schema(self) -> TableSchema:
+        return self.store.schema
+
+    @property
+    def options(self) -> dict[str, str]:
+        return self.store.options
+
+    @property
+    def core(self) -> CoreOptions:
+        return self.store.core
+
+    @property
+    def branch(self) -> str:
+        return self.store.branch
+
+    @property
+    def metadata_path(self) -> str:
+        return self.store.metadata_path
+
+    @property
+    def snapshot_manager(self) -> SnapshotManager:
+        return self.store.snapshot_manager
+
+    @property
+    def schema_manager(self) -> SchemaManager:
+        return self.store.schema_manager
+
+    @property
+    def paths(self) -> PathFactory:
+        return self.store.paths
+
+    @property
     def manifest_store(self) -> ManifestStore:
-        return ManifestStore(self.file_io, self.path, self.schema)
+        return self.store.manifest_store
 
-    @cached_property
-    def tags(self) -> Any:
-        from strata.table.tags import TagManager
+    @property
+    def tags(self) -> TagManager:
+        return self.store.tags
 
-        return TagManager(self.file_io, self.metadata_path)
-
-    @cached_property
+    @property
     def consumers(self) -> ConsumerManager:
-        from strata.table.consumers import ConsumerManager
+        return self.store.consumers
 
-        return ConsumerManager(self.file_io, self.metadata_path)
-
-    @cached_property
+    @property
     def branches(self) -> BranchManager:
-        return BranchManager(self.file_io, self.path, self.branch)
+        return self.store.branches
 
     def schema_at(self, schema_id: int) -> TableSchema:
-        return self.schema if schema_id == self.schema.id else self.schema_manager.schema(schema_id)
+        return self.store.schema_at(schema_id)
 
     def partition_dir(self, values: Sequence[Any]) -> str:
-        return partition_path(self.schema.partition_fields(), values,
-                              str(self.core.get("partition.default-name")))
+        return self.store.partition_dir(values)
 
-    def snapshot_publisher(self) -> Callable[[SnapshotManager, Snapshot], bool] | None:
-        """How snapshot-N is published; catalogs with locks override this."""
-        hook = getattr(self.catalog, "snapshot_publisher", None)
-        return hook(self) if callable(hook) else None
+    def snapshot_publisher(self) -> PublishFn | None:
+        """How snapshot-N is published; catalogs with locks provide one."""
+        return self.store.snapshot_publisher()
 
     # -- builders (pypaimon-style) -------------------------------------------------------------
     def new_write(self, commit_user: str | None = None, overwrite: bool = False) -> TableWrite:
         """`commit_user`: the committer's, so the log store (log.system=kafka) can derive a stable
         transactional id from it; `overwrite`: the rows will replace their partitions (dynamic
         buckets are then placed afresh)."""
-        return TableWrite(self, commit_user=commit_user, overwrite=overwrite)
+        return TableWrite(self.store, commit_user=commit_user, overwrite=overwrite)
 
     def new_commit(self, commit_user: str | None = None) -> TableCommit:
         return TableCommit(self, commit_user)
@@ -105,10 +154,10 @@ class Table:
     def new_scan(self, filter: Predicate | None = None, snapshot_id: int | None = None,
                  timestamp_millis: int | None = None, tag: str | None = None,
                  read_optimized: bool = False) -> TableScan:
-        return TableScan(self, snapshot_id, timestamp_millis, tag, filter, read_optimized)
+        return TableScan(self.store, snapshot_id, timestamp_millis, tag, filter, read_optimized)
 
     def new_read(self, columns: Sequence[str] | None = None, filter: Predicate | None = None) -> TableRead:
-        return TableRead(self, columns, filter)
+        return TableRead(self.store, columns, filter)
 
     # -- one-call API ---------------------------------------------------------------------------
     def write(self, data: pa.Table | pa.RecordBatch | pd.DataFrame, mode: str = "append",
@@ -118,11 +167,7 @@ class Table:
         (whole table, or the static `partition`), 'overwrite-dynamic' (partitions written)."""
         if mode not in ("append", "overwrite", "overwrite-dynamic"):
             raise ValueError(f"unknown write mode {mode!r}: use append, overwrite or overwrite-dynamic")
-        with self.new_write(commit_user, overwrite=mode != "append") as writer:
-            writer.write_arrow(data, row_kind=row_kind)
-            # the writer closes right after: it keeps its compactions (Paimon's batch write waits
-            # too), e.g. a deletion-vector table's purge of files above the delete-ratio threshold
-            messages = writer.prepare_commit(wait_compaction=True)
+        messages = write_messages(self.store, data, row_kind, commit_user, overwrite=mode != "append")
         commit = self.new_commit(commit_user)
         ident = identifier if identifier is not None else 2**63 - 1
         if mode == "append":
@@ -147,7 +192,7 @@ class Table:
         Primary-key tables delete the selected rows' keys (strata.operation.delete)."""
         from strata.operation.delete import delete_where
 
-        return delete_where(self, predicate, commit_user, identifier)
+        return delete_where(self, predicate, self.new_commit, commit_user, identifier)
 
     def scan(self, filter: Predicate | None = None, snapshot_id: int | None = None,
              timestamp_millis: int | None = None, tag: str | None = None,
@@ -159,28 +204,13 @@ class Table:
                  tag: str | None = None, read_optimized: bool = False) -> pa.Table:
         """Rows of the table (latest snapshot unless time travel); `read_optimized` reads only the
         fully compacted top level of primary-key tables, without merging (Paimon's $ro)."""
-        scan = self.new_scan(filter, snapshot_id, timestamp_millis, tag, read_optimized)
-        table = self._as_of(scan) if (snapshot_id, timestamp_millis, tag) != (None, None, None) else self
-        if table is not self:
-            scan = table.new_scan(filter, snapshot_id, timestamp_millis, tag, read_optimized)
-        return table.new_read(columns, filter).to_arrow(scan.plan().splits)
+        return read_arrow(self.store, columns, filter, snapshot_id, timestamp_millis, tag, read_optimized)
 
     read = to_arrow
 
-    def _as_of(self, scan: TableScan) -> Table:
-        """The table as of the scanned snapshot: with that snapshot's schema (columns, names and
-        options), as Paimon's time travel reads it."""
-        snapshot = scan.snapshot()
-        if snapshot is None or snapshot.schema_id == self.schema.id:
-            return self
-        return Table(self.file_io, self.path, self.identifier, self.schema_at(snapshot.schema_id), self.catalog,
-                     self.branch)
-
     def to_batches(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
                    snapshot_id: int | None = None) -> Iterator[pa.RecordBatch]:
-        scan = self.new_scan(filter, snapshot_id)
-        table = self._as_of(scan) if snapshot_id is not None else self
-        return table.new_read(columns, filter).to_batches(table.new_scan(filter, snapshot_id).plan().splits)
+        return read_batches(self.store, columns, filter, snapshot_id)
 
     def to_pandas(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
                   snapshot_id: int | None = None) -> pd.DataFrame:
@@ -190,17 +220,7 @@ class Table:
                          columns: Sequence[str] | None = None) -> pa.Table:
         """Changes of snapshots (start, end], with a `_ROW_KIND` column (+I/-U/+U/-D): the
         changelog files with a changelog producer, else the records each commit wrote."""
-        latest = self.snapshot_manager.latest_id() or 0
-        if end_inclusive > latest:
-            raise SnapshotNotFoundError(f"read_incremental({start_exclusive}, {end_inclusive}) of table "
-                                        f"{self.identifier}: snapshot {end_inclusive} does not exist; the "
-                                        f"latest is {latest or 'none'}")
-        scan = self.new_scan()
-        splits = [s for sid in range(start_exclusive + 1, end_inclusive + 1) for s in scan.plan_changes(sid)]
-        read = self.new_read(columns)
-        if not splits:
-            return read._schema(True).empty_table()
-        return read.to_arrow(splits)
+        return read_changes(self.store, start_exclusive, end_inclusive, columns)
 
     def compact(self, full: bool = False, partition: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
                 commit_user: str | None = None, sort_by: Sequence[str] | None = None,
@@ -217,9 +237,9 @@ class Table:
 
             if sort_by is None:
                 raise ValueError(f"sort_strategy {sort_strategy!r} for table {self.identifier} needs sort_by columns")
-            return sort_compact(self, sort_by, sort_strategy or "order", partitions, commit_user)
+            return sort_compact(self.store, sort_by, self.new_commit, sort_strategy or "order", partitions, commit_user)
         if self.schema.primary_keys:
-            with TableWrite(self, compaction=True) as writer:
+            with TableWrite(self.store, compaction=True) as writer:
                 writer.compact(full=full, partitions=partitions)
                 messages = writer.prepare_commit()
         else:
@@ -229,9 +249,9 @@ class Table:
                 run_append_compaction,
             )
 
-            tasks = plan_append_compaction(self, full, partitions)
-            messages = [run_append_compaction(self, task) for task in tasks]
-            messages += compaction_index_changes(self, tasks)  # deletion vectors of the rewritten files
+            tasks = plan_append_compaction(self.store, full, partitions)
+            messages = [run_append_compaction(self.store, task) for task in tasks]
+            messages += compaction_index_changes(self.store, tasks)  # deletion vectors of the rewritten files
         return self.new_commit(commit_user).commit(messages)
 
     # -- metadata -----------------------------------------------------------------------------------
@@ -270,7 +290,7 @@ class Table:
         later tags and the files only they used are deleted. Stop the table's writers first."""
         from strata.operation.rollback import rollback_to
 
-        return rollback_to(self, target)
+        return rollback_to(self.store, target)
 
     def expire_snapshots(self, retain_min: int | None = None, retain_max: int | None = None,
                          time_retained: Any = None, max_deletes: int | None = None) -> ExpireResult:
@@ -287,7 +307,7 @@ class Table:
         one OVERWRITE commit; returns the dropped partitions."""
         from strata.operation.partition_expire import expire_partitions
 
-        return expire_partitions(self, _millis(expiration_time), max_expires=max_expires,
+        return expire_partitions(self.store, _millis(expiration_time), max_expires=max_expires,
                                  strategy=strategy, dry_run=dry_run)
 
     def remove_orphan_files(self, older_than: Any = None, dry_run: bool = False) -> OrphanResult:
@@ -295,7 +315,7 @@ class Table:
         datetime, a timedelta or duration string such as '2 h', epoch millis; default 1 day)."""
         from strata.operation.orphan import cutoff_millis, remove_orphan_files
 
-        return remove_orphan_files(self, cutoff_millis(older_than), dry_run)
+        return remove_orphan_files(self.store, cutoff_millis(older_than), dry_run)
 
     def reset_consumer(self, consumer_id: str, next_snapshot: int | None = None) -> None:
         """Move a consumer to `next_snapshot` (at most the latest snapshot + 1: it has read
@@ -352,7 +372,6 @@ class Table:
 
     def on_branch(self, name: str) -> Table:
         """This table on branch `name` (Paimon's ``switchToBranch``); 'main' is the table itself."""
-        from strata.catalog.base import Identifier
         from strata.errors import TableNotFoundError
         from strata.snapshot.branches import BRANCH_TABLE_SEPARATOR, split_branch_table
 
@@ -363,8 +382,9 @@ class Table:
         if schema is None:
             raise TableNotFoundError(f"branch {name!r} of table {self.identifier} has no schema")
         table_name = base if is_main(target) else f"{base}{BRANCH_TABLE_SEPARATOR}{target}"
-        return Table(self.file_io, self.path, Identifier(self.identifier.database, table_name), schema,
-                     self.catalog, target)
+        store = FileStore(self.file_io, self.path, Identifier(self.identifier.database, table_name), schema,
+                          target, self.store.publisher)
+        return Table._on_store(store, self.catalog)
 
     # -- schema evolution (each returns the table under its new schema; this object keeps the old) --
     def alter(self, *changes: SchemaChange) -> Table:

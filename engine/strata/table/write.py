@@ -20,6 +20,8 @@ from strata.index.bucket_assigner import DynamicBucketAssigner
 from strata.index.hash_index import read_hashes, write_hash_index
 from strata.io.data_file_reader import ColumnMapping, read_file
 from strata.io.data_file_writer import DataFileWriter, WriterConfig
+from strata.io.paths import PathFactory, partition_path
+from strata.manifest.commit_message import CommitMessage
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.index_manifest import IndexManifestEntry
 from strata.mergetree.compact.manager import CompactManager
@@ -28,11 +30,11 @@ from strata.mergetree.levels import Levels
 from strata.mergetree.merge_function import merge_function_for
 from strata.mergetree.writer import AppendBucketWriter, BucketWriter, CompactionContext, KeyValueBucketWriter
 from strata.operation.commit import key_decoder
-from strata.options import CoreOptions
+from strata.options import POSTPONE_BUCKET, CoreOptions
+from strata.scan.planner import TableScan
 from strata.schema.evolution import check_rewritable
-from strata.table.commit_message import CommitMessage
+from strata.store import FileStore, HasStore, store_of
 from strata.table.conform import conform, row_kinds, to_arrow_table
-from strata.table.paths import PathFactory, partition_path
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -40,9 +42,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from strata.log.kafka import LogWriter
-    from strata.table.table import Table
 
-POSTPONE_BUCKET = -2
 _VECTOR = object()  # a reader's `deleted` default: the positions the file's vector marks now
 PURGE_NICENESS = 10  # added to the purge thread's nice value: purges take the CPU commits leave
 
@@ -57,10 +57,20 @@ def _background_priority() -> None:
         pass
 
 
+def write_messages(store: FileStore, data: pa.Table | pa.RecordBatch | pd.DataFrame, row_kind: Any = None,
+                   commit_user: str | None = None, overwrite: bool = False) -> list[CommitMessage]:
+    """Write `data` with a writer of its own and close it: the messages to commit. The writer
+    keeps its compactions (Paimon's batch write waits too), e.g. a deletion-vector table's purge
+    of files above the delete-ratio threshold."""
+    with TableWrite(store, commit_user=commit_user, overwrite=overwrite) as writer:
+        writer.write_arrow(data, row_kind=row_kind)
+        return writer.prepare_commit(wait_compaction=True)
+
+
 class TableWrite:
     """Accepts Arrow/pandas data for one table; `prepare_commit` returns the commit messages."""
 
-    def __init__(self, table: Table, compaction: bool | None = None, commit_user: str | None = None,
+    def __init__(self, table: FileStore | HasStore, compaction: bool | None = None, commit_user: str | None = None,
                  sequence_offset: int = 0, overwrite: bool = False):
         """`compaction` overrides `write-only` (True for the dedicated compaction job);
         `commit_user` names the writer for the log store's transactions (log.system=kafka);
@@ -68,7 +78,7 @@ class TableWrite:
         current maximum, so parallel writers of one commit (Spark tasks) never tie on a key;
         `overwrite`: the rows replace what their partitions hold, so dynamic buckets are placed
         from an empty hash index (Paimon's ignore-previous-files)."""
-        self.table = table
+        self.store = table = store_of(table)
         self.commit_user = commit_user
         self.sequence_offset = sequence_offset
         self._log: LogWriter | None = None
@@ -133,7 +143,7 @@ class TableWrite:
         if self._log is None:
             from strata.log.kafka import LogWriter
 
-            self._log = LogWriter(self.table, self.commit_user)
+            self._log = LogWriter(self.store, self.commit_user)
         return self._log
 
     def write_pandas(self, df: pd.DataFrame) -> None:
@@ -185,7 +195,7 @@ class TableWrite:
     def _new_assigner(self, overwrite: bool) -> DynamicBucketAssigner | None:
         if not self.schema.primary_keys or self.num_buckets != -1:
             return None
-        file_io, table_path = self.table.file_io, self.table.path
+        file_io, table_path = self.store.file_io, self.store.path
         entries = list if overwrite else self._index_entries
         return DynamicBucketAssigner(entries, lambda e: read_hashes(file_io, table_path, e),
                                      int(self.core.get("dynamic-bucket.target-row-num")),
@@ -194,9 +204,9 @@ class TableWrite:
     def _index_entries(self) -> list[IndexManifestEntry]:
         """The live index files of the latest snapshot, read once per writer."""
         if self._restored_index is None:
-            latest = self.table.snapshot_manager.latest()
+            latest = self.store.snapshot_manager.latest()
             self._restored_index = {}
-            for entry in self.table.manifest_store.read_index_manifest(latest.index_manifest if latest else None):
+            for entry in self.store.manifest_store.read_index_manifest(latest.index_manifest if latest else None):
                 self._restored_index.setdefault((entry.partition, entry.bucket), []).append(entry)
         return [e for entries in self._restored_index.values() for e in entries]
 
@@ -235,7 +245,7 @@ class TableWrite:
         writer = self.writers.get((partition, bucket))
         if writer is None:
             bucket_dir = self.paths.bucket_dir(self.partition_dirs.get(partition, ""), bucket)
-            file_writer = DataFileWriter(self.table.file_io, self.paths, bucket_dir, self.config)
+            file_writer = DataFileWriter(self.store.file_io, self.paths, bucket_dir, self.config)
             restored = self._restored_files(partition, bucket)
             next_seq = max((f.max_sequence_number for f in restored), default=-1) + 1 + self.sequence_offset
             total = self.num_buckets if self.num_buckets > 0 else -1
@@ -244,7 +254,7 @@ class TableWrite:
                 vectors = self._deletion_vectors(partition, bucket)
                 context = CompactionContext(
                     self._compact_manager(restored), self._file_reader(bucket_dir, vectors), producer,
-                    DataFileWriter(self.table.file_io, self.paths, bucket_dir, self.config, name_prefix="changelog"),
+                    DataFileWriter(self.store.file_io, self.paths, bucket_dir, self.config, name_prefix="changelog"),
                     bool(self.core.get("changelog-producer.row-deduplicate")),
                     compact_level0_at_commit=self.core.merge_engine == "first-row", deletion_vectors=vectors,
                     read_positioned=self._file_reader(bucket_dir, vectors, positions=True) if vectors else None,
@@ -261,7 +271,7 @@ class TableWrite:
         from them), read once per writer."""
         if self._restored is None:
             self._restored = {}
-            for entry in self.table.new_scan().plan_entries():
+            for entry in TableScan(self.store).plan_entries():
                 self._restored.setdefault((entry.partition, entry.bucket), []).append(entry.file)
         return self._restored.get((partition, bucket), [])
 
@@ -289,12 +299,12 @@ class TableWrite:
         def read(f: DataFileMeta, columns: Sequence[str] | None = None, deleted: Any = _VECTOR):
             """`columns`: only these file-layout columns (None: all of them); `deleted`: the
             positions left out (default: those the file's vector marks now)."""
-            check_rewritable(self.schema, f.schema_id, f.file_name, str(self.table.identifier))
-            mapping = ColumnMapping(self.schema, self.table.schema_at(f.schema_id),
+            check_rewritable(self.schema, f.schema_id, f.file_name, str(self.store.identifier))
+            mapping = ColumnMapping(self.schema, self.store.schema_at(f.schema_id),
                                     file_names if columns is None else columns)
             if deleted is _VECTOR:
                 deleted = vectors.positions_of(f.file_name) if vectors is not None else None
-            return read_file(self.table.file_io, f"{bucket_dir}/{f.file_name}", mapping, deleted=deleted,
+            return read_file(self.store.file_io, f"{bucket_dir}/{f.file_name}", mapping, deleted=deleted,
                              positions=positions)
         return read
 
@@ -306,7 +316,7 @@ class TableWrite:
         assert self._restored_index is not None
         target = self.core.get("deletion-vectors.index-file.target-size") \
             or self.core.get("deletion-vector.index-file.target-size")
-        return BucketDeletionVectors(self.table.file_io, self.paths, partition, max(bucket, 0),
+        return BucketDeletionVectors(self.store.file_io, self.paths, partition, max(bucket, 0),
                                      self._restored_index.get((partition, max(bucket, 0)), []),
                                      bool(self.core.get("deletion-vectors.bitmap64")),
                                      int(target) if not self.schema.primary_keys and self.num_buckets < 1 else None)
@@ -359,7 +369,7 @@ class TableWrite:
         """Add the new HASH index files of the buckets that got new keys (and their claims)."""
         assert self.assigner is not None
         by_bucket = {(m.partition, m.bucket): m for m in messages}
-        file_io, table_path = self.table.file_io, self.table.path
+        file_io, table_path = self.store.file_io, self.store.path
         for partition, index in self.assigner.partitions.items():
             def write(bucket: int, hashes: np.ndarray, partition: bytes = partition) -> IndexManifestEntry:
                 return write_hash_index(file_io, table_path, self.paths.new_index_file_name(), partition,

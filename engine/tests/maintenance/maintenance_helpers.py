@@ -62,7 +62,7 @@ def advance_clock(monkeypatch: Any, seconds: float) -> None:
     """Make everything stored so far look `seconds` old to orphan removal and consumer expiry, by
     moving their clock forward (object stores set modification times themselves)."""
     ahead = SimpleNamespace(time=lambda: time.time() + seconds)
-    for module in ("strata.operation.orphan", "strata.table.consumers"):
+    for module in ("strata.operation.orphan", "strata.snapshot.consumers"):
         monkeypatch.setattr(importlib.import_module(module), "time", ahead)
 
 
