@@ -1,10 +1,14 @@
 """Page-level pruning through the Parquet page index (column and offset indexes).
 
 Data files keep large row groups (a scan pays a request per column per group, see
-strata.io.data_file_writer) and write a page index with pages of PAGE_ROWS rows. A key-range read
-of a sorted file then decodes only the pages whose min/max may match: pyarrow cannot read single
-pages, so the pages wanted (and each column's dictionary page) are copied into a small Parquet
-file in memory, with a footer of its own, and pyarrow decodes that.
+strata.io.data_file_writer) and write a page index; files sorted by key have pages of PAGE_ROWS
+rows. A range read then decodes only the pages whose min/max may match: pyarrow cannot read
+single pages, so the pages wanted (and a column's dictionary page, when they need it) are copied
+into a small Parquet file in memory, with a footer of its own, and pyarrow decodes that.
+
+What a file's footer and page index say is decoded once per file and process and kept (FilePages,
+up to CACHE_FILES files): data files never change once written. Two threads reading parts of one
+file may decode the same entry twice; they store equal values.
 
 The page index is standard Parquet: Trino, Spark, Paimon's Java reader use or ignore it.
 """
