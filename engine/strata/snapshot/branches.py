@@ -225,12 +225,12 @@ class BranchManager:
         branch_files = _names(io, f"{source}/snapshot", _SNAPSHOT_FILE)
         new_latest = max(branch_files)
         if main_latest is not None and new_latest <= main_latest:
-            raise StrataError(
+            raise CommitConflictError(
                 f"fast-forward of branch '{name}' in {self.table_path}: the branch (latest snapshot {new_latest}) "
                 f"is not ahead of main (latest snapshot {main_latest}), so main's snapshots past {new_latest} would "
                 "be deleted while main's committers, which take no lock in this table's publish mode, may be "
-                "publishing; commit on the branch until it is ahead, or fast-forward through a catalog whose "
-                "commits take the table lock")
+                "publishing; main is unchanged: retry once the branch is ahead, or fast-forward through a "
+                "catalog whose commits take the table lock")
         self._add_schemas(name, source, first.schema_id)
         claimed = sorted((i for i in branch_files if main_latest is None or i > main_latest), reverse=True)
         published: list[int] = []
