@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -43,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 PORT_VARIABLES = ("MINIO_PORT", "MINIO_CONSOLE_PORT", "POSTGRES_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT",
                   "TRINO_PORT", "PROMETHEUS_PORT", "GRAFANA_PORT", "STRATA_EXPORTER_PORT",
                   "STRATA_INGEST_METRICS_PORT", "STRATA_COMPACTION_METRICS_PORT", "STRATA_CDC_METRICS_PORT",
-                  "STRATA_METASERVICE_PORT", "STRATA_ICEBERG_REST_PORT")
+                  "STRATA_METASERVICE_PORT", "STRATA_ICEBERG_REST_PORT", "STRATA_PAIMON_REST_PORT")
 CDC_TOPIC = "e2e.inventory.products"
 T = TypeVar("T")
 
@@ -167,7 +168,8 @@ def stack(docker: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         timings["up"] = time.monotonic() - began
         services = [s for s in stack.containers() if s != "trino"]
         assert {"minio", "postgres", "kafka", "prometheus", "strata-init", "strata-compaction", "strata-cdc",
-                "strata-exporter", "strata-ingest", "strata-demo-events", "strata-iceberg-rest"} <= set(services), \
+                "strata-exporter", "strata-ingest", "strata-demo-events", "strata-iceberg-rest",
+                "strata-paimon-rest"} <= set(services), \
             services
         stack.wait_healthy(services, timeout=300)
         timings["healthy"] = time.monotonic() - began
@@ -328,6 +330,20 @@ def test_trino_reads_strata_tables_through_the_iceberg_rest_catalog(stack: Stack
     with urllib.request.urlopen(f"{rest}/metrics", timeout=10) as resp:
         metrics = resp.read().decode()
     assert 'endpoint="/v1/namespaces/{namespace}/tables/{table}",method="GET",status="200"' in metrics
+
+
+def test_paimon_rest_catalog_serves_the_stack(stack: StackUnderTest) -> None:
+    """Paimon's REST API answers with the stack's databases behind its bearer token."""
+    paimon = f"http://127.0.0.1:{stack.ports['STRATA_PAIMON_REST_PORT']}"
+    token = {"Authorization": f"Bearer {stack.env['STRATA_PAIMON_REST_TOKEN']}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{paimon}/v1/config", headers=token), timeout=10) as resp:
+        prefix = json.load(resp)["defaults"]["prefix"]
+    request = urllib.request.Request(f"{paimon}/v1/{prefix}/databases", headers=token)
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert {"demo", "cdc"} <= set(json.load(resp)["databases"])
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{paimon}/v1/{prefix}/databases", timeout=10)
+    assert refused.value.code == 401
 
 
 def test_ingest_killed_mid_stream_loses_and_duplicates_nothing(stack: StackUnderTest) -> None:

@@ -109,7 +109,8 @@ def test_defaults_deploy_every_component(helm: Any) -> None:
     docs = render(helm)
     workloads = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in docs if d["kind"] in WORKLOADS}
     assert workloads == {"minio", "postgresql", "kafka", "trino", "prometheus", "grafana",
-                         "ingest", "compaction", "cdc", "exporter", "metaservice", "iceberg-rest"}
+                         "ingest", "compaction", "cdc", "exporter", "metaservice", "iceberg-rest",
+                         "paimon-rest"}
     for doc in (d for d in docs if d["kind"] in WORKLOADS):
         for container in containers(doc):
             where = f"{doc['metadata']['name']}/{container['name']}"
@@ -208,6 +209,26 @@ def test_iceberg_rest_token(helm: Any) -> None:
     assert "strata-ci-iceberg-rest" not in by_kind(docs, "Secret")
     assert env_of(next(containers(by_kind(docs, "Deployment")["strata-ci-trino"])))["STRATA_ICEBERG_REST_TOKEN"] == {
         "secretKeyRef": {"name": "rest-token", "key": "token"}}
+
+
+def test_paimon_rest_catalog(helm: Any) -> None:
+    docs = render(helm, "--set", "strata.paimonRest.token=p4imon")
+    container = next(containers(by_kind(docs, "Deployment")["strata-ci-paimon-rest"]))
+    assert container["command"] == ["python", "-m", "strata_platform.paimon_rest"]
+    assert container["ports"] == [{"name": "http", "containerPort": 19193, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    env = env_of(container)
+    assert env["STRATA_JDBC_URI"] == "jdbc:postgresql://strata-ci-postgresql:5432/strata"
+    assert env["STRATA_PAIMON_REST_PORT"] == "19193" and env["STRATA_PAIMON_REST_WAREHOUSE_NAME"] == "strata"
+    assert env["STRATA_PAIMON_REST_TOKEN"] == {"secretKeyRef": {"name": "strata-ci-paimon-rest", "key": "token"}}
+    assert by_kind(docs, "Secret")["strata-ci-paimon-rest"]["stringData"] == {"token": "p4imon"}
+    service = by_kind(docs, "Service")["strata-ci-paimon-rest"]
+    assert service["spec"]["ports"] == [{"name": "http", "port": 19193, "targetPort": "http", "protocol": "TCP"}]
+    prom = yaml.safe_load(by_kind(docs, "ConfigMap")["strata-ci-prometheus"]["data"]["prometheus.yml"])
+    assert "strata-ci-paimon-rest:19193" in {t for job in prom["scrape_configs"] for sc in job["static_configs"]
+                                             for t in sc["targets"]}
+    docs = render(helm, "--set", "strata.paimonRest.enabled=false")
+    assert "strata-ci-paimon-rest" not in by_kind(docs, "Deployment")
 
 
 def test_trino_strata_catalog_follows_the_rest_catalog(helm: Any) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -85,7 +86,7 @@ def host_ports(values: dict[str, Any]) -> dict[str, int]:
         "prometheus": values["prometheus"]["port"], "exporter": strata_values["exporter"]["port"],
         "ingest": strata_values["ingest"]["metricsPort"], "compaction": strata_values["compaction"]["metricsPort"],
         "cdc": strata_values["cdc"]["metricsPort"], "metaservice": strata_values["metaservice"]["port"],
-        "iceberg-rest": strata_values["icebergRest"]["port"],
+        "iceberg-rest": strata_values["icebergRest"]["port"], "paimon-rest": strata_values["paimonRest"]["port"],
     }
 
 
@@ -204,7 +205,7 @@ def release(docker: Service, cluster: KubernetesService,
 def test_install_is_ready_on_loopback(release: Release) -> None:
     pods = release.pods()
     assert set(pods) == {"minio", "postgresql", "kafka", "trino", "prometheus", "ingest", "compaction", "cdc",
-                         "exporter", "metaservice", "iceberg-rest"}, sorted(pods)
+                         "exporter", "metaservice", "iceberg-rest", "paimon-rest"}, sorted(pods)
     for component, pod in pods.items():
         assert pod["spec"]["hostNetwork"] is True, component
         assert pod["spec"]["nodeName"] == "strata-node", component
@@ -254,6 +255,20 @@ def test_trino_and_the_iceberg_rest_catalog_read_the_rows(release: Release) -> N
     after = release.catalog().get_table("demo.events").to_arrow(columns=["id"]).num_rows
     # Trino reads the newest published metadata: a commit that lands meanwhile only adds rows
     assert count == distinct and smallest == 0 and 0 < count <= after, (count, distinct, smallest, after)
+
+
+def test_paimon_rest_catalog_lists_the_databases(release: Release) -> None:
+    """Paimon's REST API answers behind its bearer token with the databases the release created."""
+    paimon = f"http://127.0.0.1:{release.ports['paimon-rest']}"
+    token = {"Authorization": f"Bearer {VALUES['strata']['paimonRest']['token']}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{paimon}/v1/config", headers=token), timeout=10) as resp:
+        prefix = json.load(resp)["defaults"]["prefix"]
+    with urllib.request.urlopen(urllib.request.Request(f"{paimon}/v1/{prefix}/databases", headers=token),
+                                timeout=10) as resp:
+        assert "demo" in json.load(resp)["databases"]
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{paimon}/v1/{prefix}/databases", timeout=10)
+    assert refused.value.code == 401
 
 
 def test_prometheus_scrapes_the_strata_targets(release: Release) -> None:

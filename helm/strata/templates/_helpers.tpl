@@ -107,6 +107,15 @@ imagePullSecrets:
 {{- if or .Values.strata.icebergRest.token .Values.strata.icebergRest.existingSecret -}}true{{- end -}}
 {{- end -}}
 
+{{- define "strata.paimonRestSecret" -}}
+{{- default (include "strata.component" (dict "root" . "component" "paimon-rest")) .Values.strata.paimonRest.existingSecret -}}
+{{- end -}}
+
+{{/* "true" when the Paimon REST catalog requires a bearer token */}}
+{{- define "strata.paimonRestAuth" -}}
+{{- if or .Values.strata.paimonRest.token .Values.strata.paimonRest.existingSecret -}}true{{- end -}}
+{{- end -}}
+
 {{- define "strata.icebergRestUri" -}}
 {{- printf "http://%s:%d" (include "strata.component" (dict "root" . "component" "iceberg-rest")) (int .Values.strata.icebergRest.port) -}}
 {{- end -}}

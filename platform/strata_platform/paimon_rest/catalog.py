@@ -56,7 +56,12 @@ class RestError(Exception):
         self.resource_type, self.resource_name = resource_type, resource_name
 
     def body(self) -> dict[str, Any]:
-        return {"message": self.message, "resourceType": self.resource_type,
+        message = self.message
+        if self.code in (400, 501):
+            # Paimon's Java client runs these messages through String.format a second time
+            # (BadRequestException, NotImplementedException): a bare '%' would fail there
+            message = message.replace("%", "%%")
+        return {"message": message, "resourceType": self.resource_type,
                 "resourceName": self.resource_name, "code": self.code}
 
 

@@ -12,6 +12,7 @@ SERVICES: dict[str, str] = {
     "postgres": "strata_platform.services.postgres:PostgresService",
     "kafka": "strata_platform.services.kafka:KafkaService",
     "iceberg_rest": "strata_platform.services.iceberg_rest:IcebergRestService",
+    "paimon_rest": "strata_platform.services.paimon_rest:PaimonRestService",
     "trino": "strata_platform.services.trino:TrinoService",
     "prometheus": "strata_platform.services.prometheus:PrometheusService",
     "spark": "strata_platform.services.spark:SparkService",
