@@ -183,7 +183,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
               "test_hostile_names.py"),
     "prometheus": ("test_observability.py", "test_services_prometheus.py", "test_services_cli.py"),
 }
-LONGEST_FIRST = ("containers", "trino", "test_spark_exactly_once.py", "test_concurrent_commits.py",
+LONGEST_FIRST = ("containers", "trino", "test_spark_exactly_once.py", "test_faults.py", "test_concurrent_commits.py",
                  "test_spark_cluster.py", "test_bench_spark.py", "test_cdc_spark.py", "test_spark_streaming.py",
                  "prometheus")
 

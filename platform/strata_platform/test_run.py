@@ -108,6 +108,19 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a dead job whose parent has not reaped it yet
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether a live process of the group is left (the job's command outlives the job on SIGTERM
+    while it stops what it started)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # after the command: state, ppid, pgrp
+            return True
+    return False
+
+
 def job_pid(name: str) -> int | None:
     _, pid_file, _ = _files(name)
     try:
@@ -145,15 +158,15 @@ def wait(name: str) -> int:
 def stop(name: str, grace: float = 120.0) -> None:
     """SIGTERM the job's process group (a prebuild then stops the services it started), then SIGKILL."""
     pid = job_pid(name)
-    if pid is None or not _alive(pid):
+    if pid is None or not _group_alive(pid):
         return
     for sig, patience in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, sig)
         deadline = time.monotonic() + patience
-        while _alive(pid) and time.monotonic() < deadline:
+        while _group_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.5)
-        if not _alive(pid):
+        if not _group_alive(pid):
             return
 
 
