@@ -423,7 +423,10 @@ def identifier_of(value: Any, what: str) -> Identifier:
 def table_id(table: Table) -> str:
     """A table's id: stable while it exists, new when a table of the same name is created again
     (derived from its path and the creation time in schema-0)."""
-    created = table.schema_manager.schema(0).time_millis if table.schema.id else table.schema.time_millis
+    try:
+        created = table.schema_manager.schema(0).time_millis if table.schema.id else table.schema.time_millis
+    except (FileNotFoundError, KeyError, CorruptMetadataError):  # schema-0 removed by hand: the path alone
+        created = 0
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{table.path}#{created}"))
 
 
