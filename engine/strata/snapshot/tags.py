@@ -20,6 +20,7 @@ from typing import Any
 
 from strata.errors import SnapshotNotFoundError
 from strata.fs import FileIO
+from strata.fs.file_io import publish_new
 from strata.names import check_tag_name
 from strata.snapshot.snapshot import Snapshot
 
@@ -95,7 +96,8 @@ class TagManager:
         if time_retained_ms is not None:
             obj["tagCreateTime"] = local_datetime_to_json(now or dt.datetime.now())
             obj["tagTimeRetained"] = time_retained_ms / 1000
-        if not self.file_io.write_new(self.path(name), json.dumps(obj, indent=2).encode()):
+        # a write whose reply was lost is read back (CommitStateUnknownError if that fails too)
+        if not publish_new(self.file_io, self.path(name), json.dumps(obj, indent=2).encode(), f"tag {name!r}"):
             if ignore_if_exists:
                 return False
             raise ValueError(f"tag {name!r} already exists")
