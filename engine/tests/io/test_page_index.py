@@ -230,3 +230,24 @@ def test_page_reads_across_schema_versions_and_stores(warehouse: str, warehouse_
     assert [key[0] for key in page_index._CACHE] == [split.file_path(split.files[0])]  # its page index read
     assert got.column("s").to_pylist() == [f"s{i}" for i in range(lo, hi + 1)]
     assert table.to_arrow(filter=strata.col("z") == "x").num_rows == 0
+
+
+def test_compacted_files_keep_larger_pages(tmp_path) -> None:
+    """Files above level 0 (what Trino reads of a deletion-vector table, what a full compaction
+    leaves) have Arrow's pages: small pages cost every scan a decompression each."""
+    table, rows = _pk_table(tmp_path)
+    table.write(rows.slice(0, 10))  # a second run: the full compaction rewrites, not only relabels
+    table.compact(full=True)
+    [split] = table.scan()
+    [f] = split.files
+    assert f.level > 0
+    path = split.file_path(f)
+    parquet = pq.ParquetFile(path)
+    with table.file_io.open_input_file(path) as source:
+        pages = file_pages(source, path, parquet.metadata)
+        assert pages is not None
+        starts = page_index._column_pages(pages, 0, 0).first_rows
+    assert np.diff(starts).max() > PAGE_ROWS  # (the first page ends where its dictionary fell back)
+    lo, hi = 2 * (9 * PAGE_ROWS), 2 * (9 * PAGE_ROWS + 50)
+    got = table.to_arrow(filter=strata.col("id").between(lo, hi))
+    assert got.column("id").to_pylist() == list(range(lo, hi + 1, 2))
