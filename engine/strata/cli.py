@@ -342,6 +342,7 @@ def _add_maintenance_commands(sub: Any) -> None:
 
 def cmd_iceberg_sync(catalog: Catalog, args: argparse.Namespace) -> int:
     from strata.iceberg import IcebergSync, enabled
+    from strata.iceberg.status import report_failure, report_success
 
     table = catalog.get_table(args.table)
     if not enabled(table):
@@ -351,9 +352,9 @@ def cmd_iceberg_sync(catalog: Catalog, args: argparse.Namespace) -> int:
     try:
         result = sync.sync()
     except Exception as exc:
-        sync.record_failure(exc)
+        report_failure(table, exc)
         raise
-    sync.record_success(clear_error=True)
+    report_success(table, clear_error=True)
     if result.snapshot_id is None:
         print(f"table {table.identifier}: no snapshot yet, nothing to publish")
     elif result.up_to_date:
@@ -367,7 +368,7 @@ def cmd_iceberg_sync(catalog: Catalog, args: argparse.Namespace) -> int:
 
 def cmd_iceberg_status(catalog: Catalog, args: argparse.Namespace) -> int:
     """Exit 0 when the mirror shows the latest snapshot (or is off), 1 when it is behind."""
-    from strata.iceberg.sync import sync_status
+    from strata.iceberg.status import sync_status
 
     table = catalog.get_table(args.table)
     status = sync_status(table)

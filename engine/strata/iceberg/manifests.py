@@ -266,3 +266,11 @@ def position_delete_file(file_io: FileIO, target: str, data_path: str, positions
         upper[POS_ID] = bound_bytes(int(positions[-1]), "long")
     return DataFile(DELETES, target, partition, int(positions.size), file_io.file_size(target),
                     {FILE_PATH_ID: 0, POS_ID: 0}, lower, upper, data_path)
+
+
+def read_manifest_list(file_io: FileIO, path: str) -> list[ManifestFile]:
+    return decode_manifest_list(file_io.read_bytes(path), path)
+
+
+def read_entries(file_io: FileIO, manifest: ManifestFile, spec: Sequence[PartitionField]) -> list[Entry]:
+    return decode_entries(file_io.read_bytes(manifest.path), spec, manifest.path)

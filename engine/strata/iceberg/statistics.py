@@ -47,16 +47,17 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from strata import metrics
 from strata.iceberg import puffin, versions
-
-if TYPE_CHECKING:
-    from strata.table.table import Table
+from strata.iceberg.versions import current_id
+from strata.store import FileStore, HasStore, store_of
+from strata.table.read import read_batches
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +127,14 @@ def sketch_batches(batches: Iterable[pa.RecordBatch], columns: list[str]) -> dic
     return sketches
 
 
-def compute(table: Table, snapshot_id: int) -> tuple[list[puffin.ThetaBlob], dict[str, int]]:
+def compute(table: FileStore | HasStore, snapshot_id: int) -> tuple[list[puffin.ThetaBlob], dict[str, int]]:
     """Theta blobs of the top-level primitive columns of the table at a snapshot, and NDV by name."""
+    table = store_of(table)
     snapshot = table.snapshot_manager.snapshot(snapshot_id)
     schema = table.schema_at(snapshot.schema_id)
     fields = [f for f in schema.fields if _sketchable(f.type.to_arrow())]
     names = [f.name for f in fields]
-    sketches = sketch_batches(table.to_batches(columns=names, snapshot_id=snapshot_id), names)
+    sketches = sketch_batches(read_batches(table, names, None, snapshot_id), names)
     blobs, ndv = [], {}
     for f in fields:
         compact = sketches[f.name].compact()
@@ -156,23 +158,19 @@ def unreferenced(previous: dict[str, Any], metadata: dict[str, Any], metadata_di
             if e["statistics-path"] not in now and e["statistics-path"].startswith(f"{metadata_dir}/")]
 
 
-def _current_id(metadata: dict[str, Any]) -> int | None:
-    current = metadata.get("current-snapshot-id")
-    return None if current in (None, -1) else int(current)
-
-
 def _snapshot_ids(metadata: dict[str, Any]) -> set[int]:
     return {s["snapshot-id"] for s in metadata.get("snapshots") or []}
 
 
-def refresh(table: Table, metadata_dir: str) -> StatisticsResult:
+def refresh(table: FileStore | HasStore, metadata_dir: str) -> StatisticsResult:
     """Compute the statistics of the published current snapshot, write their Puffin file into
     ``metadata_dir`` and publish them in the statistics version of the newest metadata version
     (``v<N>.stats.metadata.json``; see strata.iceberg.versions), replacing older entries.
     CommitStateUnknownError when the publish cannot be settled (the file is kept)."""
+    table = store_of(table)
     current = versions.current(table.file_io, metadata_dir)
     metadata = None if current is None else current.metadata
-    snapshot_id = None if metadata is None else _current_id(metadata)
+    snapshot_id = None if metadata is None else current_id(metadata)
     if metadata is None or snapshot_id is None:
         return StatisticsResult(None, reason="no Iceberg snapshot published yet")
     done = next((e for e in metadata.get("statistics") or [] if e.get("snapshot-id") == snapshot_id), None)
@@ -195,7 +193,7 @@ def refresh(table: Table, metadata_dir: str) -> StatisticsResult:
     return StatisticsResult(snapshot_id, path if outcome.published else None, ndv, reason=outcome.reason)
 
 
-def _listed_ndv(table: Table, snapshot_id: int, entry: dict[str, Any]) -> dict[str, int]:
+def _listed_ndv(table: FileStore, snapshot_id: int, entry: dict[str, Any]) -> dict[str, int]:
     schema = table.schema_at(table.snapshot_manager.snapshot(snapshot_id).schema_id)
     names = {f.id: f.name for f in schema.fields}
     return {names[b["fields"][0]]: int(b["properties"]["ndv"]) for b in entry.get("blob-metadata") or []
@@ -209,7 +207,7 @@ class _Attached:
     reason: str = ""
 
 
-def _attach(table: Table, metadata_dir: str, entry: dict[str, Any]) -> _Attached:
+def _attach(table: FileStore, metadata_dir: str, entry: dict[str, Any]) -> _Attached:
     """Publish `entry` in the statistics version of the newest metadata version. A version is
     never rewritten: ``v<N>.stats.metadata.json`` is created once. A sync that read v<N> before
     the statistics version existed and publishes v<N+1> meanwhile either sees it after its own
@@ -253,12 +251,13 @@ def _lost(published_in: int | None, replaced: list[str], reason: str) -> _Attach
     return _Attached(None if published_in is None else False, [] if published_in is None else replaced, reason)
 
 
-def carry_forward(table: Table, metadata_dir: str, previous_version: int, version: int,
+def carry_forward(table: FileStore | HasStore, metadata_dir: str, previous_version: int, version: int,
                   metadata: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The sync's half of ``_attach``'s handshake: after publishing `version` (`metadata`) from
     the plain v<previous_version>, a statistics version of the previous one that appeared
     meanwhile has its entries carried into `version`'s statistics version. Returns (the
     statistics version of the previous one, the metadata now current), or None if there is none."""
+    table = store_of(table)
     io = table.file_io
     path = versions.statistics_file(metadata_dir, previous_version)
     if not io.exists(path):
@@ -277,7 +276,7 @@ def carry_forward(table: Table, metadata_dir: str, previous_version: int, versio
     return previous, with_stats
 
 
-def _delete(table: Table, path: str) -> None:
+def _delete(table: FileStore, path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         table.file_io.delete(path)
 
@@ -288,7 +287,7 @@ def stale(metadata: dict[str, Any]) -> bool:
     once, never compacted, would stay without), or a compaction published it and total-records
     moved by more than STALE_FRACTION since the snapshot they were computed at."""
     snapshots = {s["snapshot-id"]: s for s in metadata["snapshots"]}
-    current = snapshots.get(_current_id(metadata))
+    current = snapshots.get(current_id(metadata))
     if current is None:
         return False
     entries = metadata.get("statistics") or []
@@ -306,7 +305,7 @@ def _records(snapshot: dict[str, Any]) -> int:
     return int(snapshot.get("summary", {}).get("total-records", 0))
 
 
-def refresh_after_commit(table: Table, metadata_dir: str, published: dict[str, Any] | None) -> None:
+def refresh_after_commit(table: FileStore | HasStore, metadata_dir: str, published: dict[str, Any] | None) -> None:
     """The commit's follow-up (``metadata.iceberg.statistics=compaction``), given the metadata its
     sync published (None: nothing published): statistics for a table's first rows, and a refresh
     when a compaction left them stale. It runs after the metadata is published, in the committing
@@ -314,6 +313,7 @@ def refresh_after_commit(table: Table, metadata_dir: str, published: dict[str, A
     ``strata iceberg stats``). No request is made unless a refresh is due. A failure is counted
     (``strata_iceberg_statistics_failures_total``), logged in one warning line and recorded with a
     back-off (BACKOFF_FILE): the next attempt waits 2, 4, 8... snapshots. Never raises."""
+    table = store_of(table)
     if published is None or str(table.core.get("metadata.iceberg.statistics")) != "compaction":
         return
     try:
@@ -337,11 +337,11 @@ def refresh_after_commit(table: Table, metadata_dir: str, published: dict[str, A
             table.file_io.delete(f"{table.path}/{BACKOFF_FILE}")
 
 
-def _due(table: Table, published: dict[str, Any]) -> tuple[int, dict[str, Any] | None] | None:
+def _due(table: FileStore, published: dict[str, Any]) -> tuple[int, dict[str, Any] | None] | None:
     """(snapshot id, back-off record) when an automatic refresh should run now, else None."""
     if not stale(published):
         return None
-    snapshot_id = _current_id(published)
+    snapshot_id = current_id(published)
     current = next((s for s in published["snapshots"] if s["snapshot-id"] == snapshot_id), None)
     if snapshot_id is None or current is None:
         return None
@@ -362,9 +362,7 @@ def _due(table: Table, published: dict[str, Any]) -> tuple[int, dict[str, Any] |
     return snapshot_id, backoff
 
 
-def _record_failure(table: Table, snapshot_id: int, backoff: dict[str, Any] | None, exc: BaseException) -> None:
-    from strata import metrics
-
+def _record_failure(table: FileStore, snapshot_id: int, backoff: dict[str, Any] | None, exc: BaseException) -> None:
     failures = int((backoff or {}).get("failures", 0)) + 1
     retry_at = snapshot_id + min(2 ** failures, MAX_BACKOFF_SNAPSHOTS)
     with contextlib.suppress(Exception):

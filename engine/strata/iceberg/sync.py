@@ -34,168 +34,80 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from strata.deletionvectors import DeletionVector, read_vectors
-from strata.deletionvectors.index_file import index_path
-from strata.errors import CommitStateUnknownError
 from strata.format import binary_row
 from strata.iceberg import manifests as im
-from strata.iceberg import puffin, statistics, versions
-from strata.iceberg.types import (
-    as_iceberg_value,
-    bound_bytes,
-    highest_field_id,
-    iceberg_type,
-    name_mapping,
-    schema_json,
-)
+from strata.iceberg import statistics, versions
+from strata.iceberg.deletes import DeleteFiles
+from strata.iceberg.location import enabled, latest_metadata_location, table_location
+from strata.iceberg.metadata import SCHEMA_ONLY_VERSION, MetadataBuilder
+from strata.iceberg.status import report_failure, report_success
+from strata.iceberg.types import as_iceberg_value, bound_bytes, iceberg_type
+from strata.iceberg.versions import VERSION_HINT, current_id, current_snapshot, format_version_of
 from strata.manifest.data_file_meta import DataFileMeta
-from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
+from strata.scan.planner import TableScan
 from strata.schema.table_schema import TableSchema
 from strata.snapshot.snapshot import CommitKind, Snapshot
-
-if TYPE_CHECKING:
-    from strata.table.table import Table
+from strata.store import FileStore, HasStore, store_of
 
 log = logging.getLogger(__name__)
 
-VERSION_HINT = versions.VERSION_HINT
-ERROR_FILE = "iceberg-sync-error.json"  # in the table's directory: the last failed sync (strata iceberg status)
-SCHEMA_ONLY_VERSION = 0  # v0.metadata.json: the schema before the first snapshot
-_FAILED: set[str] = set()  # tables whose sync failed in this process (their error file is cleared on success)
 MANIFEST_CHUNK = 20_000  # entries per manifest of a full rewrite (bounds each file's size)
 MAX_CATCH_UP = 8  # unpublished snapshots a sync still publishes one by one before the latest
-_OPERATIONS = {CommitKind.APPEND: "append", CommitKind.COMPACT: "replace", CommitKind.OVERWRITE: "overwrite"}
 
 
-def enabled(table: Table) -> bool:
-    """Mirrored: main of a table with ``metadata.iceberg.storage`` set (a branch's snapshots are not:
-    its ids are main's; tags and unwritten branches become refs of main's metadata)."""
-    return getattr(table, "branch", "main") == "main" and str(table.core.get("metadata.iceberg.storage")) != "disabled"
-
-
-def table_location(table: Table) -> str:
-    """Where the Iceberg table lives (its ``location``); metadata goes to ``<location>/metadata``."""
-    if table.core.get("metadata.iceberg.storage") == "hadoop-catalog":
-        warehouse = table.path.rsplit("/", 2)[0]
-        return f"{warehouse}/iceberg/{table.identifier.database}/{table.identifier.table}"
-    return table.path
-
-
-def latest_metadata_location(table: Table) -> str | None:
-    """The newest metadata file of the table (``v<N>.metadata.json``, or its statistics version),
-    or None before the first sync."""
-    return versions.current_location(table.file_io, _uri(f"{table_location(table)}/metadata"))
-
-
-def sync_after_commit(table: Table) -> None:
+def sync_after_commit(table: FileStore | HasStore) -> None:
     """The commit's follow-up: publish Iceberg metadata for the latest snapshot, then statistics
     if due. Never raises: the commit is durable whatever happens here; a failure (an unknown
     outcome included) is counted, logged in one warning line and left in the table's error file,
     and the next commit or ``strata iceberg sync`` catches up."""
-    if not enabled(table):
+    store = store_of(table)
+    if not enabled(store):
         return
-    sync: IcebergSync | None = None
     try:
-        sync = IcebergSync(table)
+        sync = IcebergSync(store)
         sync.sync()
     except Exception as exc:
-        report_failure(table, exc, "Iceberg metadata sync failed")
+        report_failure(store, exc)
         return
     try:
-        sync.record_success()
+        report_success(store)
     except Exception as exc:  # only bookkeeping: the metadata is published
         log.warning("table %s: Iceberg metadata published; clearing its error record failed (%s: %s)",
-                    table.identifier, type(exc).__name__, exc)
-    statistics.refresh_after_commit(table, sync.dir, sync.published)  # never raises
+                    store.identifier, type(exc).__name__, exc)
+    statistics.refresh_after_commit(store, sync.dir, sync.published)  # never raises
 
 
-def publish_schema(table: Table) -> None:
+def publish_schema(table: FileStore | HasStore) -> None:
     """Schema-only Iceberg metadata (no snapshot) for a table that has none yet, so that Iceberg
     readers see the table, empty, from its creation on; refreshed on a schema change before the
     first snapshot. A failure is recorded as a failed sync (the table's creation stands). A table
     with snapshots that has no metadata yet (the option was just set) gets its latest snapshot's."""
-    if not enabled(table):
+    store = store_of(table)
+    if not enabled(store):
         return
     try:
-        if table.snapshot_manager.latest() is not None:
-            if latest_metadata_location(table) is None:
-                sync_after_commit(table)
+        if store.snapshot_manager.latest() is not None:
+            if latest_metadata_location(store) is None:
+                sync_after_commit(store)
             return
-        IcebergSync(table).publish_schema()
+        IcebergSync(store).publish_schema()
     except Exception as exc:
-        report_failure(table, exc, "schema-only Iceberg metadata not published")
+        report_failure(store, exc, "schema-only Iceberg metadata not published")
 
 
-def report_failure(table: Table, exc: BaseException, what: str) -> None:
-    """Count a failed sync, leave its reason where `strata iceberg status` finds it, and log one
-    warning line. Never raises (what fails the sync may fail the bookkeeping too)."""
-    from strata import metrics
-
-    name = str(table.identifier)
-    _FAILED.add(name)
-    try:
-        status = sync_status(table)
-        latest, behind = status.latest_snapshot, status.behind
-    except Exception:  # the store is unreachable: at least the snapshot just committed is behind
-        latest, behind = None, 1
-    try:
-        metrics.iceberg_sync_failed(name, max(behind, 1))
-    except Exception:  # a metrics registry problem must not surface either
-        log.debug("table %s: sync failure not counted", name, exc_info=True)
-    record = {"time-ms": int(time.time() * 1000), "snapshot-id": latest, "error": f"{type(exc).__name__}: {exc}"}
-    with contextlib.suppress(Exception):
-        table.file_io.write_bytes(f"{table.path}/{ERROR_FILE}", json.dumps(record).encode())
-    unknown = " (outcome unknown: every file kept)" if isinstance(exc, CommitStateUnknownError) else ""
-    log.warning("table %s: %s%s (%s: %s); `strata iceberg status %s` tells how far the mirror is behind",
-                name, what, unknown, type(exc).__name__, exc, name, exc_info=log.isEnabledFor(logging.DEBUG))
-
-
-@dataclass
-class SyncStatus:
-    """How far a table's Iceberg mirror is behind: `published` is the snapshot its newest metadata
-    shows (0: schema only, None: no metadata), `behind` the snapshots not yet in it, `last_error`
-    the failure that kept it there (``{"time-ms", "snapshot-id", "error"}``), if any."""
-
-    enabled: bool
-    latest_snapshot: int | None
-    published: int | None
-    behind: int
-    last_error: dict[str, Any] | None
-
-
-def sync_status(table: Table) -> SyncStatus:
-    metadata_dir = _uri(f"{table_location(table)}/metadata")
-    latest = table.snapshot_manager.latest()
-    latest_id = latest.id if latest is not None else None
-    try:
-        published = _read_hint(table, metadata_dir)
-    except OSError:  # the metadata directory itself is unreadable: it shows nothing
-        published = None
-    behind = max(0, (latest_id or 0) - (published or 0))
-    try:
-        last_error = dict(json.loads(table.file_io.read_bytes(f"{table.path}/{ERROR_FILE}")))
-    except (FileNotFoundError, ValueError):
-        last_error = None
-    return SyncStatus(enabled(table), latest_id, published, behind, last_error)
-
-
-def drop_mirror(table: Table) -> None:
+def drop_mirror(table: FileStore | HasStore) -> None:
     """Remove Iceberg metadata kept outside the table's directory (``hadoop-catalog``) with the
     table: a dropped table leaves no Iceberg table behind."""
-    location = table_location(table)
-    if enabled(table) and location != table.path:
-        table.file_io.delete_dir(location)
-
-
-def _read_hint(table: Table, metadata_dir: str) -> int | None:
-    return versions.read_hint(table.file_io, metadata_dir)
+    store = store_of(table)
+    location = table_location(store)
+    if enabled(store) and location != store.path:
+        store.file_io.delete_dir(location)
 
 
 def _statistics_sibling(location: str) -> str:
@@ -205,18 +117,6 @@ def _statistics_sibling(location: str) -> str:
     number = int(name[1:name.index(".")])
     sibling = versions.statistics_file(base, number)
     return sibling if sibling != location else versions.metadata_file(base, number)
-
-
-def _format(metadata: dict[str, Any]) -> int:
-    return int(metadata.get("format-version", im.FORMAT_VERSION))
-
-
-def _stem(file_name: str) -> str:
-    return file_name.rsplit(".", 1)[0]
-
-
-def _uri(path: str) -> str:
-    return path if "://" in path else f"file://{path}"
 
 
 @dataclass
@@ -232,27 +132,26 @@ class SyncResult:
 class IcebergSync:
     """Builds and publishes the Iceberg metadata of one table's latest snapshot."""
 
-    def __init__(self, table: Table):
-        self.table = table
-        self.file_io = table.file_io
-        self.location = table_location(table)
-        self.dir = _uri(f"{self.location}/metadata")
-        self.schema = table.schema
-        self.primary_key = bool(table.schema.primary_keys)
-        self.deletion_vectors = bool(table.core.get("deletion-vectors.enabled"))
-        self.compression = str(table.core.get("metadata.iceberg.manifest-compression"))
-        self.format_version = int(str(table.core.get("metadata.iceberg.format-version")))
-        self.spec = [im.PartitionField(f.name, f.id, 1000 + i, iceberg_type(f.type, f.name))
-                     for i, f in enumerate(table.schema.partition_fields())]
-        self.iceberg_schema = schema_json(table.schema)
+    def __init__(self, table: FileStore | HasStore):
+        self.store = store = store_of(table)
+        self.file_io = store.file_io
+        self.metadata = MetadataBuilder(store)
+        self.location, self.dir, self.spec = self.metadata.location, self.metadata.dir, self.metadata.spec
+        self.format_version = self.metadata.format_version
+        self.schema = store.schema
+        self.primary_key = bool(store.schema.primary_keys)
+        self.deletion_vectors = bool(store.core.get("deletion-vectors.enabled"))
+        self.compression = str(store.core.get("metadata.iceberg.manifest-compression"))
         self.prefix = uuid.uuid4().hex
         self._written = 0
         self._written_paths: list[str] = []  # files under this sync's prefix (deleted if it loses)
+        self.deletes = DeleteFiles(store, self.dir, self.spec, self.prefix, self._written_paths, self._path,
+                                   self._partition)
         self.published: dict[str, Any] | None = None  # the metadata the last _sync wrote
 
     # -- entry point -------------------------------------------------------------------------------
     def sync(self) -> SyncResult:
-        snapshot = self.table.snapshot_manager.latest()
+        snapshot = self.store.snapshot_manager.latest()
         if snapshot is None:
             return SyncResult(None, None)
         for missed in self._missed(snapshot):
@@ -262,77 +161,23 @@ class IcebergSync:
     def publish_schema(self) -> str:
         """Write v0.metadata.json: the table's current schema, no snapshot (unless a snapshot's
         metadata is already published)."""
-        location = f"{self.dir}/v{SCHEMA_ONLY_VERSION}.metadata.json"
-        if (_read_hint(self.table, self.dir) or SCHEMA_ONLY_VERSION) != SCHEMA_ONLY_VERSION:
+        location = versions.metadata_file(self.dir, SCHEMA_ONLY_VERSION)
+        if (versions.read_hint(self.file_io, self.dir) or SCHEMA_ONLY_VERSION) != SCHEMA_ONLY_VERSION:
             return location
         self.file_io.mkdirs(self.dir)
-        metadata = self._schema_only(self._load(SCHEMA_ONLY_VERSION))
+        metadata = self.metadata.schema_only(self._load(SCHEMA_ONLY_VERSION))
         self.file_io.write_bytes(location, json.dumps(metadata, indent=1).encode())
         self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(SCHEMA_ONLY_VERSION).encode())
         return location
-
-    def _schema_only(self, previous: dict[str, Any] | None) -> dict[str, Any]:
-        return {
-            "format-version": self.format_version,
-            "table-uuid": (previous or {}).get("table-uuid") or str(uuid.uuid4()),
-            "location": _uri(self.location),
-            "last-sequence-number": 0,
-            **({"next-row-id": 0} if self.format_version >= 3 else {}),
-            "last-updated-ms": int(time.time() * 1000),
-            "last-column-id": highest_field_id(self.schema),
-            "current-schema-id": self.schema.id,
-            "schemas": [self.iceberg_schema],
-            "default-spec-id": 0,
-            "partition-specs": [{"spec-id": 0, "fields": self._spec_json()}],
-            "last-partition-id": 999 + len(self.spec),
-            "default-sort-order-id": 0,
-            "sort-orders": [{"order-id": 0, "fields": []}],
-            "properties": self._properties(None),
-            "current-snapshot-id": -1,
-            "refs": {},
-            "snapshots": [],
-            "snapshot-log": [],
-            "metadata-log": [],
-            "statistics": [],
-            "partition-statistics": [],
-        }
-
-    def _properties(self, snapshot: Snapshot | None) -> dict[str, str]:
-        """Table properties: Paimon's snapshot id, and a name mapping for tables with collections
-        (data files written before their nested fields carried ids are then read by name)."""
-        out = {"write.format.default": "parquet"}
-        if snapshot is not None:
-            out["paimon.snapshot-id"] = str(snapshot.id)
-        if any(f.type.is_nested for f in self.schema.fields):
-            out["schema.name-mapping.default"] = json.dumps(name_mapping(self.schema))
-        return out
-
-    # -- failures ----------------------------------------------------------------------------------
-    def record_failure(self, exc: BaseException) -> None:
-        """Count the failure, set the lag and leave its reason in the table's directory (outside the
-        Iceberg metadata, which may be what fails), where `strata iceberg status` finds it. Never
-        raises."""
-        report_failure(self.table, exc, "Iceberg metadata sync failed")
-
-    def record_success(self, clear_error: bool = False) -> None:
-        """The mirror is up to date. A recorded failure stays until `clear_error` (an explicit
-        sync) or the next failure replaces it: status shows it as past once a later snapshot is
-        published, and commits pay no request for it."""
-        from strata import metrics
-
-        metrics.iceberg_sync_succeeded(str(self.table.identifier))
-        if clear_error or str(self.table.identifier) in _FAILED:
-            _FAILED.discard(str(self.table.identifier))
-            self._delete(f"{self.table.path}/{ERROR_FILE}")
 
     def _missed(self, latest: Snapshot) -> list[Snapshot]:
         """The snapshots after the published metadata and before `latest`, each to get its own
         Iceberg snapshot first, as Paimon's per-snapshot commit callback gives it (a commit that
         also compacts publishes two). Before any metadata: the earlier snapshots of the latest's
         commit (same user and identifier). A gap longer than MAX_CATCH_UP publishes the latest only."""
-        manager = self.table.snapshot_manager
+        manager = self.store.snapshot_manager
         first = max(latest.id - MAX_CATCH_UP, manager.earliest_id() or latest.id)
-        published = _read_hint(self.table, self.dir)
+        published = versions.read_hint(self.file_io, self.dir)
         if published is not None:
             if published < first - 1 or published >= latest.id:
                 return []
@@ -350,7 +195,7 @@ class IcebergSync:
 
     def _sync(self, snapshot: Snapshot) -> SyncResult:
         location = versions.metadata_file(self.dir, snapshot.id)
-        previous_id = _read_hint(self.table, self.dir)
+        previous_id = versions.read_hint(self.file_io, self.dir)
         rolled_back = previous_id is not None and previous_id >= snapshot.id
         if rolled_back:
             if self._published(snapshot):
@@ -359,13 +204,13 @@ class IcebergSync:
             previous_id = None  # the table was rolled back past the published metadata: start anew
         loaded = versions.load(self.file_io, self.dir, previous_id)
         previous = loaded.metadata if loaded is not None else None
-        if previous is not None and _format(previous) > self.format_version:
+        if previous is not None and format_version_of(previous) > self.format_version:
             log.info("table %s: Iceberg metadata goes back from format %d to %d: its history starts anew",
-                     self.table.identifier, _format(previous), self.format_version)
+                     self.store.identifier, format_version_of(previous), self.format_version)
             previous = None  # Iceberg has no downgrade (as Paimon: metadata created without a base)
         self.file_io.mkdirs(self.dir)
         manifest_list, full, counts, lineage = self._manifest_list(snapshot, previous)
-        metadata = self._metadata(snapshot, previous, manifest_list, counts, lineage)
+        metadata = self.metadata.table_metadata(snapshot, previous, manifest_list, counts, lineage)
         data = json.dumps(metadata, indent=1).encode()
         if rolled_back:
             self.file_io.write_bytes(location, data)  # replaces the metadata of a snapshot rolled back
@@ -375,12 +220,12 @@ class IcebergSync:
                 self._repair_hint(snapshot.id)
             return SyncResult(snapshot.id, location, up_to_date=True)
         self._written_paths.clear()  # published: from here on they are the metadata's files
-        if rolled_back or (_read_hint(self.table, self.dir) or 0) < snapshot.id:
+        if rolled_back or (versions.read_hint(self.file_io, self.dir) or 0) < snapshot.id:
             self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(snapshot.id).encode())
         self.published = metadata
         if loaded is not None and previous is not None and not loaded.with_statistics:
             # statistics published for the previous version while this one was built: carry them on
-            carried = statistics.carry_forward(self.table, self.dir, loaded.number, snapshot.id, metadata)
+            carried = statistics.carry_forward(self.store, self.dir, loaded.number, snapshot.id, metadata)
             if carried is not None:
                 previous, self.published = carried
         if previous is not None:
@@ -388,7 +233,7 @@ class IcebergSync:
                 self._clean(previous, self.published, previous_id)
             except OSError as exc:  # files left are only unreferenced ones: the next sync's clean retries
                 log.warning("table %s: Iceberg metadata of snapshot %d published; cleaning older files "
-                            "failed (%s)", self.table.identifier, snapshot.id, exc)
+                            "failed (%s)", self.store.identifier, snapshot.id, exc)
         return SyncResult(snapshot.id, location, full, counts["total-data-files"], counts["total-delete-files"])
 
     def _publish(self, location: str, data: bytes) -> bool:
@@ -398,7 +243,7 @@ class IcebergSync:
 
     def _repair_hint(self, version: int) -> None:
         """A version published without its hint (the hint write failed after it) gets it now."""
-        if (_read_hint(self.table, self.dir) or 0) < version:
+        if (versions.read_hint(self.file_io, self.dir) or 0) < version:
             self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(version).encode())
 
     def _discard_written(self) -> None:
@@ -412,9 +257,9 @@ class IcebergSync:
         """Metadata for exactly this snapshot exists (not for a snapshot of the same id that a
         rollback removed)."""
         existing = self._load(snapshot.id)
-        if existing is None or self._current_id(existing) != snapshot.id:
+        if existing is None or current_id(existing) != snapshot.id:
             return False
-        return bool(self._current(existing)["timestamp-ms"] == snapshot.time_millis)
+        return bool(current_snapshot(existing)["timestamp-ms"] == snapshot.time_millis)
 
     def _load(self, version: int | None) -> dict[str, Any] | None:
         loaded = versions.load(self.file_io, self.dir, version)
@@ -438,7 +283,7 @@ class IcebergSync:
                   "total-position-deletes": sum(m.added_rows + m.existing_rows for m in manifests
                                                 if m.content == im.DELETES),
                   "added-data-files": sum(m.added_files for m in added) if not full else 0}
-        parent = self._current_id(previous)
+        parent = current_id(previous)
         lineage = self._assign_row_ids(manifests, previous) if self.format_version >= 3 else None
         path = f"{self.dir}/snap-{snapshot.id}-{self.prefix}.avro"
         self._written_paths.append(path)
@@ -465,17 +310,17 @@ class IcebergSync:
         """An APPEND right after the previously synced snapshot: its visible new files in one new
         manifest, the previous manifests carried forward. None when a full rewrite is needed."""
         if previous is None or snapshot.commit_kind != CommitKind.APPEND or \
-                self._current_id(previous) != snapshot.id - 1 or snapshot.schema_id != previous["current-schema-id"] \
-                or _format(previous) != self.format_version:
+                current_id(previous) != snapshot.id - 1 or snapshot.schema_id != previous["current-schema-id"] \
+                or format_version_of(previous) != self.format_version:
             return None
-        store = self.table.manifest_store
+        store = self.store.manifest_store
         delta = merge_entries(store.read_entries(store.read_manifest_list(snapshot.delta_manifest_list)))
         if any(e.kind != FileKind.ADD for e in delta):
             return None
         if self.deletion_vectors and self._index_changed(snapshot):
             return None
         visible = self._visible(delta)
-        carried = self._read_manifest_list(self._current(previous)["manifest-list"])
+        carried = im.read_manifest_list(self.file_io, current_snapshot(previous)["manifest-list"])
         if self.format_version >= 3 and "paimon.snapshot-id" not in previous.get("properties", {}) and \
                 any(m.content == im.DELETES for m in carried):
             return None  # Paimon's format-3 deletes point into its index files: replaced by Puffin files
@@ -485,23 +330,20 @@ class IcebergSync:
         return carried, [self._write_manifest(entries, im.DATA, snapshot.id)]
 
     def _index_changed(self, snapshot: Snapshot) -> bool:
-        manager = self.table.snapshot_manager
+        manager = self.store.snapshot_manager
         if not manager.exists(snapshot.id - 1):
             return True  # expired already (the commit's expiry runs first): rewrite to be sure
         return manager.snapshot(snapshot.id - 1).index_manifest != snapshot.index_manifest
 
     def _full(self, snapshot: Snapshot, previous: dict[str, Any] | None) -> list[im.ManifestFile]:
-        from strata.scan.planner import TableScan
-
-        visible = self._visible(TableScan(self.table, snapshot_id=snapshot.id).plan_entries(snapshot))
+        visible = self._visible(TableScan(self.store, snapshot_id=snapshot.id).plan_entries(snapshot))
         out = []
         for start in range(0, len(visible), MANIFEST_CHUNK):
             entries = [im.Entry(im.ADDED, snapshot.id, snapshot.id, self._data_file(e))
                        for e in visible[start:start + MANIFEST_CHUNK]]
             out.append(self._write_manifest(entries, im.DATA, snapshot.id))
         if self.deletion_vectors:
-            deletes = (self._dv_files(snapshot, visible, previous) if self.format_version >= 3 else
-                       self._delete_files(snapshot, visible, previous))
+            deletes = self.deletes.for_snapshot(snapshot, visible, previous, self.format_version)
             if deletes:
                 out.append(self._write_manifest([im.Entry(im.ADDED, snapshot.id, snapshot.id, f) for f in deletes],
                                                 im.DELETES, snapshot.id))
@@ -513,21 +355,18 @@ class IcebergSync:
             return list(entries)
         if self.deletion_vectors:
             return [e for e in entries if e.file.level > 0]
-        top = self.table.core.num_levels - 1
+        top = self.store.core.num_levels - 1
         return [e for e in entries if e.file.level == top]
 
     def _write_manifest(self, entries: list[im.Entry], content: int, snapshot_id: int) -> im.ManifestFile:
         self._written += 1
         path = f"{self.dir}/{self.prefix}-s{snapshot_id}-m{self._written}.avro"
         self._written_paths.append(path)
-        data = im.encode_manifest(entries, self.spec, self._spec_json(), self.iceberg_schema, content,
+        data = im.encode_manifest(entries, self.spec, self.metadata.spec_json(), self.metadata.iceberg_schema, content,
                                   self.compression, self.format_version)
         self.file_io.write_bytes(path, data)
         return im.ManifestFile(path, len(data), content, snapshot_id, snapshot_id, snapshot_id, len(entries), 0,
                                sum(e.file.record_count for e in entries), 0, self._summaries(entries))
-
-    def _read_manifest_list(self, path: str) -> list[im.ManifestFile]:
-        return im.decode_manifest_list(self.file_io.read_bytes(path), path)
 
     def _summaries(self, entries: list[im.Entry]) -> list[dict[str, Any]]:
         out = []
@@ -538,10 +377,6 @@ class IcebergSync:
                         "lower_bound": bound_bytes(min(present), p.iceberg_type) if present else None,
                         "upper_bound": bound_bytes(max(present), p.iceberg_type) if present else None})
         return out
-
-    def _spec_json(self) -> list[dict[str, Any]]:
-        return [{"name": p.name, "transform": "identity", "source-id": p.source_id, "field-id": p.field_id}
-                for p in self.spec]
 
     # -- files -------------------------------------------------------------------------------------
     def _partition(self, partition: bytes) -> tuple[Any, ...]:
@@ -560,7 +395,7 @@ class IcebergSync:
             return entry.file.external_path
         fields = self.schema.partition_fields()
         values = binary_row.deserialize(entry.partition, [f.type.to_arrow() for f in fields]) if fields else []
-        bucket_dir = self.table.paths.bucket_dir(self.table.partition_dir(values), entry.bucket)
+        bucket_dir = self.store.paths.bucket_dir(self.store.partition_dir(values), entry.bucket)
         return f"{bucket_dir}/{entry.file.file_name}"
 
     def _data_file(self, entry: ManifestEntry) -> im.DataFile:
@@ -573,7 +408,7 @@ class IcebergSync:
         """Column null counts and bounds by field id, for the columns whose type is unchanged."""
         if f.value_stats.is_empty():
             return {}, {}, {}
-        file_schema: TableSchema = self.table.schema_at(f.schema_id)
+        file_schema: TableSchema = self.store.schema_at(f.schema_id)
         names = f.value_stats_cols if f.value_stats_cols is not None else file_schema.field_names
         fields = [file_schema.field(n) for n in names]
         types = [fd.type.to_arrow() for fd in fields]
@@ -602,169 +437,6 @@ class IcebergSync:
                 upper[fd.id] = bound_bytes(high, kind)
         return null_counts, lower, upper
 
-    def _delete_files(self, snapshot: Snapshot, visible: list[ManifestEntry],
-                      previous: dict[str, Any] | None) -> list[im.DataFile]:
-        """One position-delete file per data file with a deletion vector (so that a reader's split
-        reads only its own file's deletes), reused while the index file holding the vector lives."""
-        index = [e for e in self.table.manifest_store.read_index_manifest(snapshot.index_manifest)
-                 if e.index_type == INDEX_TYPE_DELETION_VECTORS and e.dv_ranges]
-        if not index:
-            return []
-        paths = {(e.partition, e.bucket, e.file.file_name): self._path(e) for e in visible}
-        known = self._previous_delete_files(previous)
-        out = []
-        for entry in index:
-            targets = {r.data_file_name: (paths[key], _uri(f"{self.dir}/{entry.file_name}-{_stem(r.data_file_name)}"
-                                                                f"-deletes.parquet"))
-                       for r in entry.dv_ranges or [] if (key := (entry.partition, entry.bucket, r.data_file_name))
-                       in paths}
-            # reused only when written for the data path as it is spelled now
-            reused = {name: known[target] for name, (path, target) in targets.items()
-                      if target in known and known[target].referenced_data_file == path}
-            vectors = {} if len(reused) == len(targets) else read_vectors(
-                self.file_io, index_path(self.table.path, entry.file_name, entry.external_path), entry.dv_ranges or [])
-            for name, (path, target) in targets.items():
-                out.append(reused.get(name) or self._write_delete_file(entry, target, path, vectors[name]))
-        return out
-
-    def _previous_delete_files(self, previous: dict[str, Any] | None) -> dict[str, im.DataFile]:
-        return {f.path: f for f in self._previous_deletes(previous)}
-
-    def _previous_deletes(self, previous: dict[str, Any] | None) -> list[im.DataFile]:
-        if previous is None or self._current_id(previous) is None:
-            return []
-        out = []
-        for m in self._read_manifest_list(self._current(previous)["manifest-list"]):
-            if m.content == im.DELETES:
-                out += [e.file for e in im.decode_entries(self.file_io.read_bytes(m.path), self.spec, m.path)]
-        return out
-
-    def _dv_files(self, snapshot: Snapshot, visible: list[ManifestEntry],
-                  previous: dict[str, Any] | None) -> list[im.DataFile]:
-        """Format 3: one Puffin file per deletion-vector index file, holding a deletion-vector-v1
-        blob for each of its visible data files, and one manifest entry per blob (at most one
-        vector per data file: an index entry holds one per file). A Puffin file is reused while its
-        index file lives and its blobs reference the same data paths."""
-        index = [e for e in self.table.manifest_store.read_index_manifest(snapshot.index_manifest)
-                 if e.index_type == INDEX_TYPE_DELETION_VECTORS and e.dv_ranges]
-        if not index:
-            return []
-        paths = {(e.partition, e.bucket, e.file.file_name): self._path(e) for e in visible}
-        known: dict[str, dict[str, im.DataFile]] = {}
-        for f in self._previous_deletes(previous):
-            if f.file_format == "PUFFIN" and f.referenced_data_file is not None:
-                known.setdefault(f.path, {})[f.referenced_data_file] = f
-        out: list[im.DataFile] = []
-        for entry in index:
-            targets = [(path, r.data_file_name) for r in entry.dv_ranges or []
-                       if (path := paths.get((entry.partition, entry.bucket, r.data_file_name))) is not None]
-            if not targets:
-                continue
-            stem = f"{self.dir}/{entry.file_name}-"
-            wanted = {path for path, _ in targets}
-            reused = next((files for p, files in known.items() if p.startswith(stem) and set(files) == wanted), None)
-            if reused is not None:
-                out += [reused[path] for path, _ in targets]
-                continue
-            vectors = read_vectors(self.file_io, index_path(self.table.path, entry.file_name, entry.external_path),
-                                   entry.dv_ranges or [])
-            data, blobs = puffin.write_puffin([(path, vectors[name]) for path, name in targets])
-            target = f"{stem}{self.prefix}.puffin"
-            self._written_paths.append(target)
-            self.file_io.write_bytes(target, data)
-            partition = self._partition(entry.partition)
-            for b in blobs:
-                # the path bounds too (as a position-delete file's): readers that pair deletes with
-                # data files by them (pyiceberg) give each data file only its own vector
-                bound = {im.FILE_PATH_ID: b.referenced_data_file.encode()}
-                out.append(im.DataFile(1, target, partition, b.cardinality, len(data), {}, bound, dict(bound),
-                                       b.referenced_data_file, "PUFFIN", None, b.offset, b.length))
-        return out
-
-    def _write_delete_file(self, entry: IndexManifestEntry, target: str, data_path: str,
-                           vector: DeletionVector) -> im.DataFile:
-        return im.position_delete_file(self.file_io, target, data_path, vector.positions(),
-                                       self._partition(entry.partition))
-
-    # -- table metadata ----------------------------------------------------------------------------
-    @staticmethod
-    def _current_id(previous: dict[str, Any] | None) -> int | None:
-        if previous is None:
-            return None
-        current = previous.get("current-snapshot-id")
-        return None if current in (None, -1) else int(current)
-
-    @staticmethod
-    def _current(previous: dict[str, Any]) -> dict[str, Any]:
-        current = previous["current-snapshot-id"]
-        return next(s for s in previous["snapshots"] if s["snapshot-id"] == current)
-
-    def _metadata(self, snapshot: Snapshot, previous: dict[str, Any] | None, manifest_list: str,
-                  counts: dict[str, int], lineage: tuple[int, int] | None) -> dict[str, Any]:
-        earliest = self.table.snapshot_manager.earliest_id() or snapshot.id
-        kept = [s for s in (previous or {}).get("snapshots", []) if s["snapshot-id"] >= earliest]
-        summary = {"operation": _OPERATIONS.get(snapshot.commit_kind, "overwrite"),
-                   **{k: str(v) for k, v in counts.items()}}
-        parent = self._current_id(previous)
-        new = {"snapshot-id": snapshot.id, "sequence-number": snapshot.id, "timestamp-ms": snapshot.time_millis,
-               "manifest-list": manifest_list, "summary": summary, "schema-id": snapshot.schema_id}
-        if lineage is not None:
-            new["first-row-id"], new["added-rows"] = lineage
-        if parent is not None and any(s["snapshot-id"] == parent for s in kept):
-            new["parent-snapshot-id"] = parent
-        snapshots = [*kept, new]
-        schemas = [s for s in (previous or {}).get("schemas", []) if s["schema-id"] != self.schema.id]
-        metadata_log = list((previous or {}).get("metadata-log", []))
-        if previous is not None and parent is not None:
-            metadata_log.append({"timestamp-ms": previous["last-updated-ms"],
-                                 "metadata-file": f"{self.dir}/v{parent}.metadata.json"})
-        keep_versions = int(self.table.core.get("metadata.iceberg.previous-versions-max"))
-        metadata_log = metadata_log[len(metadata_log) - keep_versions:] if keep_versions else []
-        return {
-            "format-version": self.format_version,
-            "table-uuid": (previous or {}).get("table-uuid") or str(uuid.uuid4()),
-            "location": _uri(self.location),
-            "last-sequence-number": snapshot.id,
-            **({"next-row-id": sum(lineage)} if lineage is not None else {}),
-            "last-updated-ms": snapshot.time_millis,
-            "last-column-id": highest_field_id(self.schema),
-            "current-schema-id": self.schema.id,
-            "schemas": [*schemas, self.iceberg_schema],
-            "default-spec-id": 0,
-            "partition-specs": [{"spec-id": 0, "fields": self._spec_json()}],
-            "last-partition-id": 999 + len(self.spec),
-            "default-sort-order-id": 0,
-            "sort-orders": [{"order-id": 0, "fields": []}],
-            "properties": self._properties(snapshot),
-            "current-snapshot-id": snapshot.id,
-            "refs": {"main": {"snapshot-id": snapshot.id, "type": "branch"}, **self._refs(snapshots)},
-            "snapshots": snapshots,
-            "snapshot-log": [{"timestamp-ms": s["timestamp-ms"], "snapshot-id": s["snapshot-id"]} for s in snapshots],
-            "metadata-log": metadata_log,
-            "statistics": statistics.carried(previous, snapshots),  # until the next refresh
-            "partition-statistics": [],
-        }
-
-    def _refs(self, snapshots: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """Tags as Iceberg tag refs (as Paimon's mirror does), and branches as branch refs when their
-        head is one of main's mirrored snapshots (a branch not written since it was created); a
-        written branch's snapshots are not mirrored (their ids are main's ids), so it is left out."""
-        from strata.errors import SnapshotNotFoundError
-        from strata.snapshot.branches import branch_path
-        from strata.snapshot.snapshot_manager import SnapshotManager
-
-        mirrored = {s["snapshot-id"] for s in snapshots}
-        refs = {t.name: {"snapshot-id": t.snapshot.id, "type": "tag"}
-                for t in self.table.tags.list_all() if t.snapshot.id in mirrored and t.name != "main"}
-        for name in self.table.branches.names():
-            head = SnapshotManager(self.file_io, branch_path(self.table.path, name)).latest()
-            if name in refs or head is None or head.id not in mirrored:
-                continue
-            with contextlib.suppress(SnapshotNotFoundError):
-                if self.table.snapshot_manager.snapshot(head.id) == head:
-                    refs[name] = {"snapshot-id": head.id, "type": "branch"}
-        return refs
-
     # -- expiry ------------------------------------------------------------------------------------
     def _clean(self, previous: dict[str, Any], metadata: dict[str, Any], previous_version: int | None) -> None:
         """Files only expired Iceberg snapshots used, and metadata versions past the kept ones
@@ -783,7 +455,7 @@ class IcebergSync:
                 for path in self._referenced(snap["manifest-list"]) - still_used:
                     self._delete(path)
                 self._delete(snap["manifest-list"])
-        if self.table.core.get("metadata.iceberg.delete-after-commit.enabled"):
+        if self.store.core.get("metadata.iceberg.delete-after-commit.enabled"):
             logged = {e["metadata-file"] for e in metadata["metadata-log"]}
             for entry in [*previous.get("metadata-log", []),
                           {"metadata-file": versions.metadata_file(self.dir, previous_version or 0)}]:
@@ -796,13 +468,13 @@ class IcebergSync:
         metadata directory; not Paimon's deletion-vector index files, which its format-3 export
         names as Puffin deletes) one manifest list reaches."""
         try:
-            manifests = self._read_manifest_list(manifest_list)
+            manifests = im.read_manifest_list(self.file_io, manifest_list)
         except FileNotFoundError:
             return set()
         out = {m.path for m in manifests}
         for m in manifests:
             if m.content == im.DELETES:
-                out |= {e.file.path for e in im.decode_entries(self.file_io.read_bytes(m.path), self.spec, m.path)
+                out |= {e.file.path for e in im.read_entries(self.file_io, m, self.spec)
                         if e.file.path.startswith(f"{self.dir}/")}
         return out
 

@@ -22,9 +22,27 @@ from typing import Any
 
 from strata.errors import CommitStateUnknownError
 from strata.fs import FileIO
+from strata.iceberg.manifests import FORMAT_VERSION
 
 VERSION_HINT = "version-hint.text"
 STATISTICS_SUFFIX = ".stats"  # v<N>.stats.metadata.json
+
+
+def current_id(metadata: dict[str, Any] | None) -> int | None:
+    """The metadata's current snapshot id (None: no metadata, or schema only)."""
+    if metadata is None:
+        return None
+    current = metadata.get("current-snapshot-id")
+    return None if current in (None, -1) else int(current)
+
+
+def current_snapshot(metadata: dict[str, Any]) -> dict[str, Any]:
+    current = metadata["current-snapshot-id"]
+    return next(s for s in metadata["snapshots"] if s["snapshot-id"] == current)
+
+
+def format_version_of(metadata: dict[str, Any]) -> int:
+    return int(metadata.get("format-version", FORMAT_VERSION))
 
 
 def metadata_file(metadata_dir: str, version: int) -> str:

@@ -35,7 +35,6 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from strata import metrics
 from strata.errors import CorruptMetadataError, SnapshotNotFoundError
@@ -45,12 +44,11 @@ from strata.manifest import codec
 from strata.manifest.index_manifest import IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
 from strata.manifest.manifest_file_meta import ManifestFileMeta
+from strata.operation.partition_expire import maybe_expire_partitions
 from strata.snapshot.snapshot import Snapshot
+from strata.snapshot.snapshot_manager import SnapshotManager
+from strata.snapshot.tags import TagManager
 from strata.store import FileStore, HasStore, store_of
-
-if TYPE_CHECKING:
-    from strata.snapshot.snapshot_manager import SnapshotManager
-    from strata.table.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -250,8 +248,6 @@ def other_branches_files(table: FileStore | HasStore, files: TableFiles) -> Shar
     A branch's files are those of its earliest snapshot and tags plus what its later deltas add.
     What each snapshot and tag contributes is kept per process (``_RefFiles``), so an expiry reads
     only the snapshots a branch gained since the last one, not the branch's whole history."""
-    from strata.table.tags import TagManager
-
     table = store_of(table)
     shared = SharedFiles()
     for ref in table.branches.ref_paths(exclude=table.branch):
@@ -285,8 +281,6 @@ class _RefFiles:
 
     @classmethod
     def refreshed(cls, cached: _RefFiles | None, files: TableFiles, ref: str) -> _RefFiles:
-        from strata.snapshot.snapshot_manager import SnapshotManager
-
         manager = SnapshotManager(files.file_io, ref)
         earliest_id, latest_id = manager.earliest_id(), manager.latest_id()
         if earliest_id is None or latest_id is None:
@@ -358,12 +352,13 @@ def try_delete_empty_dir(file_io: FileIO, path: str) -> bool:
 
 
 @metrics.expiry_run
-def expire_snapshots(table: Table, retain_min: int | None = None, retain_max: int | None = None,
+def expire_snapshots(table: FileStore | HasStore, retain_min: int | None = None, retain_max: int | None = None,
                      time_retained_ms: int | None = None, max_deletes: int | None = None,
                      now_millis: int | None = None, latest_id: int | None = None) -> ExpireResult:
     """Expire snapshots by the table's options (``snapshot.num-retained.min/max``,
     ``snapshot.time-retained``, ``snapshot.expire.limit``), or the given overrides. `latest_id`
     (a snapshot just committed) saves looking the latest up; a stale one only expires less."""
+    table = store_of(table)
     core = table.core
     retain_min = int(core.get("snapshot.num-retained.min")) if retain_min is None else retain_min
     retain_max = int(core.get("snapshot.num-retained.max")) if retain_max is None else retain_max
@@ -400,8 +395,9 @@ def expire_snapshots(table: Table, retain_min: int | None = None, retain_max: in
     return expire_until(table, earliest, end)
 
 
-def expire_until(table: Table, earliest: int, end: int) -> ExpireResult:
+def expire_until(table: FileStore | HasStore, earliest: int, end: int) -> ExpireResult:
     """Expire the snapshots in [earliest, end); snapshot `end` must exist and becomes the earliest."""
+    table = store_of(table)
     manager = table.snapshot_manager
     if end <= earliest:
         return ExpireResult()
@@ -460,10 +456,11 @@ def expire_until(table: Table, earliest: int, end: int) -> ExpireResult:
 # -- tags -------------------------------------------------------------------------------------------
 
 
-def create_tag(table: Table, name: str, snapshot_id: int | None = None,
+def create_tag(table: FileStore | HasStore, name: str, snapshot_id: int | None = None,
                time_retained_ms: int | None = None, ignore_if_exists: bool = False) -> Snapshot:
     """Tag a snapshot (the latest by default). Without `time_retained_ms` the table's
     ``tag.default-time-retained`` applies, if set. Then ``tag.num-retained-max`` is enforced."""
+    table = store_of(table)
     if snapshot_id is None:
         snapshot = table.snapshot_manager.latest()
         if snapshot is None:
@@ -478,10 +475,11 @@ def create_tag(table: Table, name: str, snapshot_id: int | None = None,
     return snapshot
 
 
-def delete_tag(table: Table, name: str) -> bool:
+def delete_tag(table: FileStore | HasStore, name: str) -> bool:
     """Delete a tag and the files only it kept alive (Paimon's ``TagManager.deleteTag``): when its
     snapshot expired, files the tag has but neither the previous tag nor the nearest later tag or
     snapshot has. False if there was no such tag."""
+    table = store_of(table)
     tags = table.tags.list_all()
     mine = next((t for t in tags if t.name == name), None)
     if mine is None:
@@ -518,10 +516,11 @@ def delete_tag(table: Table, name: str) -> bool:
     return True
 
 
-def expire_tags(table: Table, now: dt.datetime | None = None, time_based: bool = True) -> list[str]:
+def expire_tags(table: FileStore | HasStore, now: dt.datetime | None = None, time_based: bool = True) -> list[str]:
     """Delete tags past their ``tagTimeRetained`` and, with ``tag.num-retained-max``, the oldest
     tags beyond that count. Strata creates no tags automatically, so the count covers every tag,
     as Paimon's batch tag creation does."""
+    table = store_of(table)
     now = now or dt.datetime.now()
     expired: list[str] = []
     tags = table.tags.list_all()
@@ -543,14 +542,13 @@ def expire_tags(table: Table, now: dt.datetime | None = None, time_based: bool =
 # -- after every commit -------------------------------------------------------------------------------
 
 
-def maintain_after_commit(table: Table, snapshot_id: int | None = None) -> None:
+def maintain_after_commit(table: FileStore | HasStore, snapshot_id: int | None = None) -> None:
     """What a committer does after a successful commit unless the table is ``write-only``, in
     Paimon's order: tag expiry, partition expiry, consumer expiry, snapshot expiry. A failure is
     logged, not raised: the commit itself is durable."""
+    table = store_of(table)
     if table.core.get("write-only"):
         return
-    from strata.operation.partition_expire import maybe_expire_partitions
-
     try:
         if table.file_io.list_status(table.tags.dir):
             expire_tags(table)

@@ -4,32 +4,32 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from strata.errors import WriterClosedError
 from strata.format import binary_row
+from strata.iceberg import sync_after_commit
+from strata.log.kafka import LogCommit, log_commit_for
+from strata.manifest.commit_message import CommitMessage
 from strata.operation.callbacks import CommitCallback, run_commit_callbacks
 from strata.operation.commit import CommitResult, FileStoreCommit
+from strata.operation.expire import maintain_after_commit
 from strata.snapshot.branches import MAIN_BRANCH
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
-from strata.table.commit_message import CommitMessage
-
-if TYPE_CHECKING:
-    from strata.log.kafka import LogCommit
-    from strata.table.table import Table
+from strata.store import FileStore, HasStore, store_of
 
 
 class TableCommit:
     """Commits messages as snapshots. With a stable `commit_user` and increasing identifiers a
     replayed commit (same user, identifier <= the last committed one) is skipped."""
 
-    def __init__(self, table: Table, commit_user: str | None = None):
-        self.table = table
-        prefix = table.options.get("commit.user-prefix")
+    def __init__(self, table: FileStore | HasStore, commit_user: str | None = None):
+        self.store = store = store_of(table)
+        prefix = store.options.get("commit.user-prefix")
         self.commit_user = commit_user or (f"{prefix}-" if prefix else "") + str(uuid.uuid4())
-        self._commit = FileStoreCommit(table.file_io, table.path, table.schema, self.commit_user,
-                                       publish=table.snapshot_publisher(), branch=table.branch)
-        self._commit.metric_table = str(table.identifier)
+        self._commit = FileStoreCommit(store.file_io, store.path, store.schema, self.commit_user,
+                                       publish=store.snapshot_publisher(), branch=store.branch)
+        self._commit.metric_table = str(store.identifier)
         self._added_callbacks: list[CommitCallback] = []
         self.closed = False
 
@@ -68,14 +68,11 @@ class TableCommit:
         3. ``iceberg-sync``: the Iceberg metadata of the new snapshot and its statistics
            (metadata.iceberg.storage; main branch only);
         4. the callbacks given to ``add_callback``, in the order given."""
-        from strata.iceberg import sync_after_commit
-        from strata.operation.expire import maintain_after_commit
-
-        table = self.table
+        store = self.store
         steps = [CommitCallback("log-commit", log_commit.finish, always=True)] if log_commit is not None else []
-        steps.append(CommitCallback("expiry", lambda result: maintain_after_commit(table, max(result.snapshot_ids))))
-        if table.branch == MAIN_BRANCH:  # Iceberg metadata mirrors main only
-            steps.append(CommitCallback("iceberg-sync", lambda result: sync_after_commit(table)))
+        steps.append(CommitCallback("expiry", lambda result: maintain_after_commit(store, max(result.snapshot_ids))))
+        if store.branch == MAIN_BRANCH:  # Iceberg metadata mirrors main only
+            steps.append(CommitCallback("iceberg-sync", lambda result: sync_after_commit(store)))
         return steps + self._added_callbacks
 
     def add_callback(self, callback: CommitCallback) -> None:
@@ -89,9 +86,7 @@ class TableCommit:
         snapshot records the log offsets, and a commit that raises aborts the log transaction
         (after CommitStateUnknownError too: if the snapshot landed, the replay that finds it
         repairs its log, see strata.log.kafka)."""
-        from strata.log.kafka import log_commit_for
-
-        log_commit = log_commit_for(self.table, messages, self.commit_user, identifier)
+        log_commit = log_commit_for(self.store, messages, self.commit_user, identifier)
         if log_commit is not None:
             self._commit.properties_hook = log_commit.snapshot_properties
         try:
@@ -108,9 +103,9 @@ class TableCommit:
         return self._commit.last_committed_identifier()
 
     def _partition_bytes(self, partition: Mapping[str, Any]) -> bytes:
-        schema = self.table.schema
+        schema = self.store.schema
         if set(partition) != set(schema.partition_keys):
-            raise ValueError(f"overwrite partition of table {self.table.identifier} must give every "
+            raise ValueError(f"overwrite partition of table {self.store.identifier} must give every "
                              f"partition key {schema.partition_keys}, got {sorted(partition)}")
         fields = schema.partition_fields()
         return binary_row.serialize([partition[f.name] for f in fields], [f.type.to_arrow() for f in fields])
@@ -120,15 +115,15 @@ class TableCommit:
         """Rows outside the overwritten partition would survive the overwrite: refuse them."""
         stray = [m.partition for m in messages if m.partition != target]
         if stray:
-            fields = self.table.schema.partition_fields()
+            fields = self.store.schema.partition_fields()
             values = binary_row.deserialize(stray[0], [f.type.to_arrow() for f in fields])
             found = dict(zip([f.name for f in fields], values, strict=True))
-            raise ValueError(f"overwrite of partition {dict(partition)} of table {self.table.identifier} "
+            raise ValueError(f"overwrite of partition {dict(partition)} of table {self.store.identifier} "
                              f"got rows of partition {found}")
 
     def _check_open(self) -> None:
         if self.closed:
-            raise WriterClosedError(f"commit of table {self.table.identifier} is closed")
+            raise WriterClosedError(f"commit of table {self.store.identifier} is closed")
 
     def close(self) -> None:
         self.closed = True
