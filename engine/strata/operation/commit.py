@@ -29,6 +29,8 @@ from strata.errors import CommitFailedError, CommitStateUnknownError, SnapshotNo
 from strata.fs import FileIO
 from strata.index.bucket_assigner import HashClaim, MergedIndexFiles, check_hash_claims, merge_bucket_index_files
 from strata.index.hash_index import hash_index_path, read_hashes, write_hash_index
+from strata.io.paths import PathFactory
+from strata.manifest.commit_message import CommitMessage
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, INDEX_TYPE_HASH, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
 from strata.operation.conflicts import apply_index_changes, check_conflicts, check_deletion_vector_conflicts
@@ -38,8 +40,6 @@ from strata.schema.table_schema import TableSchema
 from strata.snapshot.branches import branch_path
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER, CommitKind, Snapshot
 from strata.snapshot.snapshot_manager import NothingPublishedError, SnapshotManager
-from strata.table.commit_message import CommitMessage
-from strata.table.paths import PathFactory
 
 log = logging.getLogger(__name__)
 

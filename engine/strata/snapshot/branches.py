@@ -26,6 +26,7 @@ from strata.names import BRANCH_TABLE_PREFIX, SYSTEM_TABLE_SEPARATOR, check_bran
 from strata.schema.schema_manager import SchemaManager
 from strata.snapshot.snapshot import Snapshot
 from strata.snapshot.snapshot_manager import SnapshotManager
+from strata.snapshot.tags import trim_to_snapshot
 
 MAIN_BRANCH = "main"
 BRANCH_DIR = "branch"
@@ -312,6 +313,4 @@ class BranchManager:
 
 def _trimmed(tag: Snapshot) -> Snapshot:
     """The snapshot a tag file holds, without the tag's own fields."""
-    from strata.table.tags import trim_to_snapshot
-
     return trim_to_snapshot(tag)
