@@ -1,6 +1,15 @@
 """Catalogs: where databases and tables live (filesystem; JDBC with locks for object stores)."""
 
 from strata.catalog.base import Catalog, Identifier
-from strata.catalog.filesystem import FileSystemCatalog, load_catalog
+from strata.catalog.filesystem import FileSystemCatalog
 
 __all__ = ["Catalog", "FileSystemCatalog", "Identifier", "load_catalog"]
+
+
+def load_catalog(warehouse: str, **options: str) -> Catalog:
+    """The catalog for a warehouse: ``metastore=jdbc`` picks the JDBC catalog, else filesystem."""
+    if options.get("metastore") == "jdbc":
+        from strata.catalog.jdbc import JdbcCatalog  # optional extra
+
+        return JdbcCatalog(warehouse, options)
+    return FileSystemCatalog(warehouse, options)

@@ -112,12 +112,3 @@ class FileSystemCatalog(Catalog):
             raise
         drop_mirror(table)
         self.file_io.delete_dir(self.table_path(ident))
-
-
-def load_catalog(warehouse: str, **options: str) -> Catalog:
-    """The catalog for a warehouse: ``metastore=jdbc`` picks the JDBC catalog, else filesystem."""
-    if options.get("metastore") == "jdbc":
-        from strata.catalog.jdbc import JdbcCatalog  # optional extra
-
-        return JdbcCatalog(warehouse, options)
-    return FileSystemCatalog(warehouse, options)

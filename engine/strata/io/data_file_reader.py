@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from strata.errors import CorruptDataError, FilterError, SchemaMismatchError
+from strata.expressions import ColumnStats, Predicate
 from strata.fs import FileIO
 from strata.io.arrays import scalar, to_numpy
 from strata.io.page_index import (
@@ -23,7 +24,6 @@ from strata.io.page_index import (
     read_rows,
     selected_rows,
 )
-from strata.scan.predicate import ColumnStats, Predicate
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 
 BATCH_ROWS = 256 * 1024

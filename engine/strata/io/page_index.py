@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader
 
+from strata.expressions import ColumnStats, Predicate
 from strata.io import thrift_compact as tc
-from strata.scan.predicate import ColumnStats, Predicate
 
 # A page holds this many rows (the writer's max_rows_per_page and write_batch_size: with both
 # equal, every column's pages start at the same rows, dictionary fall-backs included).

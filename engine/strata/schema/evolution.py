@@ -507,7 +507,7 @@ class _State:
     def result(self) -> TableSchema:
         new = TableSchema(self.old.id + 1, list(self.fields), list(self.old.partition_keys),
                           list(self.old.primary_keys), dict(self.options), self.comment, self.highest)
-        from strata.catalog.definition import validate_schema
+        from strata.schema.definition import validate_schema
 
         # options Strata does not know (set by another engine) stay as they are; the rest is
         # checked as for a new table

@@ -18,20 +18,19 @@ See ``strata.spark.source`` (reads, filter pushdown), ``strata.spark.native`` (`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from strata.spark.distribute import BUCKET_COLUMN, distribute_by_bucket, write_table
 from strata.spark.foreach_batch import batch_deleter, batch_writer, delete_batch, upsert_batch
 from strata.spark.native import read_table
 from strata.spark.registration import register_data_source
 from strata.spark.source import StrataDataSource
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 __all__ = ["BUCKET_COLUMN", "StrataDataSource", "batch_deleter", "batch_writer", "delete_batch", "distribute_by_bucket",
            "fast_forward", "read_table", "register", "upsert_batch", "write_table"]
-
-BUCKET_COLUMN = "_strata_bucket"
 
 
 def register(spark: SparkSession) -> None:
@@ -48,79 +47,3 @@ def fast_forward(path: str, branch: str, **options: str) -> int:
 
     settings = {k: v for k, v in normalize({**options, "path": path}).items() if k != "branch"}
     return table_ref(settings).load().fast_forward(branch)
-
-
-def distribute_by_bucket(df: DataFrame, path: str | None = None, num_partitions: int | None = None,
-                         **options: str) -> DataFrame:
-    """`df` repartitioned so that all rows of one (partition, bucket) of the table land in one
-    Spark partition (for batch and streaming DataFrames). Each bucket is then written by one
-    task, so sequence numbers within a bucket are unique and a key written twice resolves the
-    same way in every reader. The bucket is Strata's (Paimon's) own hash of the bucket key,
-    computed in ``mapInArrow``; tables without fixed buckets are repartitioned by partition."""
-    from pyspark.sql.types import IntegerType, StructField, StructType
-
-    from strata.spark.options import normalize, table_ref
-
-    ref = table_ref(normalize({**options, **({"path": path} if path else {})}))
-    table = ref.load()
-    partition_cols = _spark_names(df, table.schema.partition_keys)
-    buckets = table.core.bucket
-    if buckets <= 0:
-        if not partition_cols:
-            return df
-        return df.repartition(num_partitions, *partition_cols) if num_partitions else df.repartition(*partition_cols)
-    schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
-    with_bucket = df.mapInArrow(_BucketAssigner(ref), schema)
-    keys = [*partition_cols, BUCKET_COLUMN]
-    shuffled = with_bucket.repartition(num_partitions, *keys) if num_partitions else with_bucket.repartition(*keys)
-    return shuffled.drop(BUCKET_COLUMN)
-
-
-def write_table(df: DataFrame, path: str | None = None, mode: str = "append", num_partitions: int | None = None,
-                **options: str) -> None:
-    """``df.write.format("strata")`` after ``distribute_by_bucket``; `options` are the data
-    source's (``overwrite-partition``, ``overwrite-mode``, ``commit-user``, ...)."""
-    distributed = distribute_by_bucket(df, path, num_partitions, **options)
-    writer = distributed.write.format(StrataDataSource.name()).mode(mode).options(**options)
-    writer.save(path) if path else writer.save()
-
-
-def _spark_names(df: DataFrame, names: list[str]) -> list[str]:
-    by_lower = {c.lower(): c for c in df.columns}
-    out = []
-    for name in names:
-        found = name if name in df.columns else by_lower.get(name.lower())
-        if found is None:
-            raise ValueError(f"the DataFrame lacks column {name!r}; it has {df.columns}")
-        out.append(found)
-    return out
-
-
-class _BucketAssigner:
-    """mapInArrow function: appends each row's bucket (picklable; loads the table per task)."""
-
-    def __init__(self, ref: Any):
-        self.ref = ref
-
-    def __call__(self, batches: Any) -> Any:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from strata.format.bucket import bucket_ids
-        from strata.spark.types import truncate_timestamps
-
-        table = self.ref.load()
-        keys = table.schema.bucket_keys()
-        types = [table.schema.field(k).type.to_arrow() for k in keys]
-        count = table.core.bucket
-        spark_names: list[str] | None = None
-        for batch in batches:
-            if spark_names is None:
-                by_lower = {c.lower(): c for c in batch.schema.names}
-                spark_names = [k if k in batch.schema.names else by_lower[k.lower()] for k in keys]
-            # the hash depends on the exact type: cast the key columns to the table's types
-            key_table = truncate_timestamps(pa.Table.from_batches([batch.select(spark_names)]).rename_columns(keys),
-                                            table.schema)
-            columns = [c if c.type == t else pc.cast(c, t) for c, t in zip(key_table.columns, types, strict=True)]
-            ids = bucket_ids(columns, count)
-            yield batch.append_column(BUCKET_COLUMN, pa.array(ids, pa.int32()))

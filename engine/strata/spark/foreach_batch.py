@@ -65,7 +65,7 @@ def upsert_batch(batch_df: DataFrame, batch_id: int, path: str, *, commit_user: 
     """Write one micro-batch to the table at `path` exactly once; False when the table already
     holds this batch id for the commit user (a replay) and nothing was written. `options` are
     the data source's write options (``write-only``, ``catalog.*``, ...)."""
-    from strata.spark import write_table
+    from strata.spark.distribute import write_table
 
     user = batch_commit_user(commit_user, checkpoint_location)
     table = table_ref(normalize({**options, "path": path})).load()

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from strata.catalog import load_catalog
 from strata.catalog.base import Identifier
-from strata.catalog.filesystem import load_catalog
 from strata.errors import OptionError
 from strata.snapshot.branches import BRANCH_TABLE_SEPARATOR, is_main, validate_branch_name
 

@@ -46,7 +46,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -64,10 +63,9 @@ from strata.scan.planner import DataSplit
 from strata.scan.predicate import Predicate
 from strata.spark import filters as spark_filters
 from strata.spark.options import TableRef, get_bool, get_int, normalize, table_ref
-from strata.spark.types import ROW_KIND_COLUMN, conform_output, expected_arrow_schema, resolve_columns, spark_schema
+from strata.spark.types import Projection, spark_schema
 from strata.table.table import Table
 
-LIVE_KINDS = pa.array(["+I", "+U"])
 DEFAULT_TARGET_SPLIT = 128 * 1024 * 1024
 DEFAULT_OPEN_FILE_COST = 4 * 1024 * 1024
 _TIME_TRAVEL = ("snapshot-id", "timestamp-millis", "tag", "incremental-between")
@@ -122,27 +120,6 @@ class SplitGroup(InputPartition):
     def __init__(self, splits: list[DataSplit]) -> None:
         super().__init__(len(splits))
         self.splits = splits
-
-
-class Projection:
-    """What a reader outputs: table columns (+ `_ROW_KIND`) cast to Spark's Arrow schema."""
-
-    def __init__(self, table: Table, schema: StructType):
-        self.sources = resolve_columns(schema, table.schema)
-        self.columns = [s for s in self.sources if s != ROW_KIND_COLUMN]
-        self.with_kind = len(self.columns) < len(self.sources)
-        self.target = expected_arrow_schema(schema)
-
-    def batches(self, data: pa.Table, has_kind: bool) -> Iterator[pa.RecordBatch]:
-        """`data` holds `self.columns` (and `_ROW_KIND` first when `has_kind`)."""
-        if has_kind:
-            if not self.with_kind:
-                kinds = data.column(ROW_KIND_COLUMN)
-                data = data.filter(pc.is_in(kinds, value_set=LIVE_KINDS)).drop_columns([ROW_KIND_COLUMN])
-        elif self.with_kind:
-            data = data.add_column(0, ROW_KIND_COLUMN, pa.repeat(pa.scalar("+I"), data.num_rows))
-        if data.num_rows:
-            yield from conform_output(data, self.target, self.sources)
 
 
 class StrataBatchReader(DataSourceReader):

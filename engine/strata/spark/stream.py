@@ -92,7 +92,7 @@ from strata.scan.planner import DataSplit
 from strata.snapshot.snapshot import NO_WATERMARK, CommitKind, Snapshot
 from strata.spark import hybrid
 from strata.spark.options import TableRef, first_int, get_int
-from strata.spark.source import Projection
+from strata.spark.types import Projection
 from strata.table.table import Table
 
 CONSUMER_REFRESH_SECONDS = 60.0

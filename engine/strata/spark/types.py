@@ -9,6 +9,7 @@ nullability. Strata reads give the table's own Arrow types (``timestamp[ms]`` fo
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,6 +40,9 @@ from pyspark.sql.types import (
 
 from strata.schema.table_schema import TableSchema
 from strata.schema.types import DataType
+
+if TYPE_CHECKING:
+    from strata.table.table import Table
 
 ROW_KIND_COLUMN = "_ROW_KIND"
 ROW_KIND_FIELD = StructField(ROW_KIND_COLUMN, StringType(), nullable=False)
@@ -134,3 +138,27 @@ def truncate_timestamps(table: pa.Table, schema: TableSchema) -> pa.Table:
 
 def _unit_rank(unit: str) -> int:
     return {"s": 0, "ms": 1, "us": 2, "ns": 3}[unit]
+
+
+LIVE_KINDS = pa.array(["+I", "+U"])
+
+
+class Projection:
+    """What a reader outputs: table columns (+ `_ROW_KIND`) cast to Spark's Arrow schema."""
+
+    def __init__(self, table: Table, schema: StructType):
+        self.sources = resolve_columns(schema, table.schema)
+        self.columns = [s for s in self.sources if s != ROW_KIND_COLUMN]
+        self.with_kind = len(self.columns) < len(self.sources)
+        self.target = expected_arrow_schema(schema)
+
+    def batches(self, data: pa.Table, has_kind: bool) -> Iterator[pa.RecordBatch]:
+        """`data` holds `self.columns` (and `_ROW_KIND` first when `has_kind`)."""
+        if has_kind:
+            if not self.with_kind:
+                kinds = data.column(ROW_KIND_COLUMN)
+                data = data.filter(pc.is_in(kinds, value_set=LIVE_KINDS)).drop_columns([ROW_KIND_COLUMN])
+        elif self.with_kind:
+            data = data.add_column(0, ROW_KIND_COLUMN, pa.repeat(pa.scalar("+I"), data.num_rows))
+        if data.num_rows:
+            yield from conform_output(data, self.target, self.sources)

@@ -477,7 +477,7 @@ class StrataStreamWriter(_Committer, DataSourceStreamArrowWriter):
         if self.lineage_job is None:
             return {}
         from strata.lineage.record import lineage_properties
-        from strata.lineage.spark import source_offsets
+        from strata.spark.offset_log import source_offsets
 
         checkpoint = self.settings["checkpointlocation"]
         reads = {self._upstream(offset, checkpoint): int(offset["snapshot"])
