@@ -79,9 +79,10 @@ test-integration: $(STAMP) ## Integration tests only (provisions the services th
 bench: $(STAMP) ## Benchmarks vs raw pyarrow, incl. MinIO/Kafka/Spark ones; writes build/bench.json (ONLY=W1,W3 for a subset)
 	$(SERVICES_CLI) run minio postgres kafka iceberg_rest trino -- $(PY) -m strata.bench --out build/bench.json $(if $(ONLY),--only $(ONLY),)
 
-lint: $(STAMP) ## ruff and mypy
+lint: $(STAMP) ## ruff, mypy and the import contract (layers of engine/strata, pyproject.toml)
 	$(VENV)/bin/ruff check engine platform integration_tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 format: $(STAMP) ## Apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix engine platform integration_tests
