@@ -31,22 +31,28 @@ demo: $(STAMP) ## Spark streams generated orders into a PK table, a 2nd query re
 	$(PY) -m strata_platform.demo $(DEMO_ARGS)
 
 # make test, phase by phase (times, logs and the summary in $(RUN_DIR)):
-# - install every service (cached), Kubernetes' binaries in the background: a Go build of minutes
-#   that only the integration tests need;
+# - install every service (cached), Kubernetes' binaries in the background (a Go build of minutes
+#   that only the integration tests need);
 # - the engine tests on local disk and MinIO in 3 workers (object-store round trips overlap), while
 #   `strata-services prebuild` does in the background what the container tests' set-ups would do one
 #   test at a time: the stack's images, helm, the images' copy in the cluster node. Background jobs run
-#   at the lowest CPU priority, their logs kept; the run waits for them after the engine tests and
-#   fails if one failed;
+#   at the lowest CPU priority, their logs kept;
 # - the integration tests in $(IT_WORKERS) workers, a group of modules per worker at a time (groups share
-#   no service one of them restarts: integration_tests/conftest.py), then the few modules that restart
-#   a service every module shares, on their own;
-# - a summary: phase times, counts, the 10 slowest tests. A failure fails the run, after the summary.
+#   no service one of them restarts: integration_tests/conftest.py); the modules that need the background
+#   builds wait for them, the others run meanwhile. Then the few tests that restart a service every
+#   module shares, on their own;
+# - the background jobs' logs and status, and a summary: phase times, counts, the 10 slowest tests.
+#   Any failure (a background job's included) fails the run, after the summary.
 RUN_DIR := build/test-run
 RUN := $(PY) -m strata_platform.test_run
 BACKGROUND := nice -n 19
 IT_WORKERS ?= 2
+ENGINE_TESTS ?= engine/tests
+IT_TESTS ?= integration_tests
 TIMED = -p strata_platform.pytest_timing --timing-json $(RUN_DIR)/$(1).json
+IT_PARALLEL := $(PY) -m pytest $(IT_TESTS) -n $(IT_WORKERS) --dist loadgroup --no-loadscope-reorder \
+	--exclusive-modules=skip -p no:cacheprovider --durations=25
+IT_EXCLUSIVE := $(PY) -m pytest $(IT_TESTS) --exclusive-modules=only -p no:cacheprovider --durations=10
 test: ## Everything: lint, unit tests, integration tests against real services
 	@rm -rf $(RUN_DIR) && mkdir -p $(RUN_DIR) && echo "began $$(date +%s.%N)" > $(RUN_DIR)/phases
 	@$(MAKE) --no-print-directory venv && $(RUN) mark venv
@@ -56,25 +62,21 @@ test: ## Everything: lint, unit tests, integration tests against real services
 	$(SERVICES_CLI) install --except kubernetes || $(RUN) fail install
 	@$(RUN) mark install
 	@$(RUN) spawn prebuild $(BACKGROUND) $(SERVICES_CLI) prebuild
-	$(SERVICES_CLI) run minio postgres kafka -- $(PY) -m pytest engine/tests -n 3 -p no:cacheprovider \
+	$(SERVICES_CLI) run minio postgres kafka -- $(PY) -m pytest $(ENGINE_TESTS) -n 3 -p no:cacheprovider \
 		--durations=15 $(call TIMED,engine) || $(RUN) fail engine
 	@$(RUN) mark engine
-	@$(RUN) wait kubernetes-build || $(RUN) fail kubernetes-build
-	@$(RUN) wait prebuild || $(RUN) fail prebuild
-	@$(RUN) mark background-wait
-	$(PY) -m pytest integration_tests -n $(IT_WORKERS) --dist loadgroup --no-loadscope-reorder \
-		--exclusive-modules=skip -p no:cacheprovider --durations=25 $(call TIMED,integration) \
-		|| $(RUN) failed integration
-	$(PY) -m pytest integration_tests --exclusive-modules=only -p no:cacheprovider --durations=10 \
-		$(call TIMED,integration-exclusive) || $(RUN) failed integration-exclusive
+	$(IT_PARALLEL) $(call TIMED,integration) || $(RUN) failed integration
+	$(IT_EXCLUSIVE) $(call TIMED,integration-exclusive) || $(RUN) failed integration-exclusive
 	@$(RUN) mark integration
+	@$(RUN) wait kubernetes-build || $(RUN) failed kubernetes-build
+	@$(RUN) wait prebuild || $(RUN) failed prebuild
 	@$(RUN) summary
 
 test-fast: $(STAMP) ## Unit tests only (no services)
 	$(PY) -m pytest engine/tests -p no:cacheprovider
 
-test-integration: $(STAMP) ## Integration tests only (provisions the services they need)
-	$(PY) -m pytest integration_tests -p no:cacheprovider
+test-integration: $(STAMP) ## Integration tests only, as make test runs them (provisions the services they need)
+	$(IT_PARALLEL); status=$$?; $(IT_EXCLUSIVE) && exit $$status
 
 bench: $(STAMP) ## Benchmarks vs raw pyarrow, incl. MinIO/Kafka/Spark ones; writes build/bench.json (ONLY=W1,W3 for a subset)
 	$(SERVICES_CLI) run minio postgres kafka iceberg_rest trino -- $(PY) -m strata.bench --out build/bench.json $(if $(ONLY),--only $(ONLY),)

@@ -7,6 +7,7 @@ CI a service that cannot be brought up skips its tests; under CI=true that is a 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -184,15 +185,20 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "prometheus": ("test_observability.py", "test_services_prometheus.py", "test_services_cli.py"),
 }
 LONGEST_FIRST = ("containers", "trino", "test_spark_exactly_once.py", "test_faults.py", "test_concurrent_commits.py",
-                 "test_spark_cluster.py", "test_bench_spark.py", "test_cdc_spark.py", "test_spark_streaming.py",
-                 "prometheus")
+                 "test_spark_cluster.py", "test_bench_spark.py", "test_cdc_spark.py", "test_spark_streaming.py")
+# Short groups that wait for the background builds: last, when the builds are done
+LAST = ("prometheus", "test_helm.py")
 
-# Modules that stop a service every other module shares: left out of the parallel run
-# (--exclusive-modules=skip) and run after it on their own (--exclusive-modules=only).
-EXCLUSIVE_MODULES: dict[str, str] = {
-    "test_services_postgres.py": "restarts PostgreSQL",
-    "test_log_faults.py": "restarts the Kafka broker",
+# Tests that stop a service every other module shares (a module name stands for all its tests): left
+# out of the parallel run (--exclusive-modules=skip) and run after it on their own (=only).
+EXCLUSIVE_TESTS: dict[str, str] = {
+    "test_services_postgres.py::test_warm_restart_reuses_the_initialised_cluster": "restarts PostgreSQL",
+    "test_log_faults.py::test_broker_restart_mid_stream": "restarts the Kafka broker",
 }
+
+# Modules whose set-up needs what make test builds in the background (the images, helm, the cluster's
+# binaries; strata_platform.test_run): their first test waits for those jobs, while other groups run.
+NEEDS_BACKGROUND_BUILDS = {*GROUPS["containers"], "test_helm.py", "test_services_cli.py"}
 
 _GROUP_OF = {module: group for group, modules in GROUPS.items() for module in modules}
 _STARTED_BY_CONTROLLER: list[Service] = []
@@ -200,7 +206,7 @@ _STARTED_BY_CONTROLLER: list[Service] = []
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--exclusive-modules", choices=("skip", "only"), default=None,
-                     help="skip: leave out the modules that restart a shared service (for the parallel run); "
+                     help="skip: leave out the tests that restart a shared service (for the parallel run); "
                           "only: run just those")
 
 
@@ -243,22 +249,48 @@ def _module_of(item: pytest.Item) -> str:
     return item.path.name
 
 
+def _exclusive(item: pytest.Item) -> bool:
+    name = getattr(item, "originalname", item.name)
+    return _module_of(item) in EXCLUSIVE_TESTS or f"{_module_of(item)}::{name}" in EXCLUSIVE_TESTS
+
+
+def _group(item: pytest.Item) -> str:
+    return _GROUP_OF.get(_module_of(item), _module_of(item))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _module_of(item) in NEEDS_BACKGROUND_BUILDS:
+        _background_builds_done()
+
+
+@functools.cache
+def _background_builds_done() -> None:
+    """Wait for make test's background jobs (none outside make test); fail the test if one failed."""
+    from strata_platform import test_run
+
+    failed = test_run.wait_for_jobs()
+    if failed:
+        pytest.fail(f"background build(s) failed: {', '.join(failed)} (logs in {test_run.shown(test_run.RUN_DIR)})",
+                    pytrace=False)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     part = config.getoption("--exclusive-modules")
     if part is not None:
-        keep = [item for item in items if (_module_of(item) in EXCLUSIVE_MODULES) == (part == "only")]
+        keep = [item for item in items if _exclusive(item) == (part == "only")]
         if not keep and items:  # a run of nothing would pass (or exit 5): refuse it
             raise pytest.UsageError(f"--exclusive-modules={part} leaves no test of the {len(items)} collected "
-                                    f"(exclusive modules: {', '.join(EXCLUSIVE_MODULES)})")
+                                    f"(exclusive: {', '.join(EXCLUSIVE_TESTS)})")
         kept = set(map(id, keep))
         config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
         items[:] = keep
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(_GROUP_OF.get(_module_of(item), _module_of(item))))
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    order = {group: rank for rank, group in enumerate(LONGEST_FIRST)}
+    order.update({group: len(LONGEST_FIRST) + 1 + rank for rank, group in enumerate(LAST)})
 
     def rank(indexed: tuple[int, pytest.Item]) -> tuple[int, int]:
-        group = _GROUP_OF.get(_module_of(indexed[1]), _module_of(indexed[1]))
-        return (LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST), indexed[0])
+        return order.get(_group(indexed[1]), len(LONGEST_FIRST)), indexed[0]
 
     items[:] = [item for _, item in sorted(enumerate(items), key=rank)]

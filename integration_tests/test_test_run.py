@@ -98,16 +98,19 @@ def test_run_fails_on_a_failed_job_or_test_run_and_reports_phases(tmp_path: Path
 
 def test_groups_name_modules_that_exist() -> None:
     modules = {path.name for path in HERE.glob("test_*.py")}
-    named = {m for group in conftest.GROUPS.values() for m in group} | set(conftest.EXCLUSIVE_MODULES)
-    named |= {m for m in conftest.LONGEST_FIRST if m.endswith(".py")}
+    named = {m for group in conftest.GROUPS.values() for m in group} | conftest.NEEDS_BACKGROUND_BUILDS
+    named |= {m for m in conftest.LONGEST_FIRST + conftest.LAST if m.endswith(".py")}
     assert named <= modules, f"grouped modules that do not exist: {named - modules}"
-    groups = [m for m in conftest.LONGEST_FIRST if not m.endswith(".py")]
+    groups = [m for m in conftest.LONGEST_FIRST + conftest.LAST if not m.endswith(".py")]
     assert set(groups) <= set(conftest.GROUPS)
-    assert not set(conftest.EXCLUSIVE_MODULES) & {m for group in conftest.GROUPS.values() for m in group}
+    for test in conftest.EXCLUSIVE_TESTS:
+        module, _, name = test.partition("::")
+        assert module in modules and (not name or f"def {name}(" in (HERE / module).read_text()), test
 
 
-def test_exclusive_modules_split_the_suite_without_loss() -> None:
-    files = [str(HERE / name) for name in [*conftest.EXCLUSIVE_MODULES, "test_serve.py"]]
+def test_exclusive_tests_split_the_suite_without_loss() -> None:
+    modules = sorted({test.split("::")[0] for test in conftest.EXCLUSIVE_TESTS})
+    files = [str(HERE / name) for name in [*modules, "test_serve.py"]]
 
     def collected(*args: str) -> set[str]:
         proc = run_pytest(*files, "--collect-only", "-q", *args, cwd=HERE.parent)
@@ -115,7 +118,24 @@ def test_exclusive_modules_split_the_suite_without_loss() -> None:
         return {line for line in proc.stdout.splitlines() if "::" in line}
 
     everything, only, skip = collected(), collected("--exclusive-modules=only"), collected("--exclusive-modules=skip")
-    assert {Path(test.split("::")[0]).name for test in only} == set(conftest.EXCLUSIVE_MODULES)
+    assert {test.split("/")[-1].split("[")[0] for test in only} == set(conftest.EXCLUSIVE_TESTS)
     assert only | skip == everything and not only & skip
     proc = run_pytest(str(HERE / "test_serve.py"), "--collect-only", "-q", "--exclusive-modules=only", cwd=HERE.parent)
     assert proc.returncode == 4 and "leaves no test" in proc.stdout + proc.stderr  # never an empty run
+
+
+def test_tests_wait_for_the_background_jobs_of_a_run_in_progress(tmp_path: Path) -> None:
+    env = {**os.environ, "STRATA_TEST_RUN_DIR": str(tmp_path)}
+    job = [sys.executable, "-m", "strata_platform.test_run", "spawn", "builds", sys.executable, "-c",
+           "import time; time.sleep(2); raise SystemExit(1)"]
+    subprocess.run(job, env=env, check=True, capture_output=True, timeout=60)
+    probe = ("import json, time; from strata_platform import test_run; began = time.monotonic(); "
+             "print(json.dumps([test_run.wait_for_jobs(), time.monotonic() - began]))")
+    waited = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
+                            check=True)
+    failed, seconds = json.loads(waited.stdout)
+    assert failed == ["builds"] and seconds >= 1  # it waited for the job, and reports its failure
+    (tmp_path / "summary.txt").write_text("the run is over\n")
+    after = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
+                           check=True)
+    assert json.loads(after.stdout)[0] == []  # once the run is over, nothing is waited for

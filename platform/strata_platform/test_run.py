@@ -9,7 +9,7 @@ writes the first line of ``phases``, ``began <epoch>``, before the venv exists):
   printed, exit 1;
 * ``spawn NAME COMMAND...``: run COMMAND in the background (its own process group), output in
   ``NAME.log``; ``wait NAME`` waits for it, prints its log and exits with its status; ``stop NAME``
-  ends it (SIGTERM to its group);
+  ends it (SIGTERM to its group). Tests that need a job's work wait for it with ``wait_for_jobs``;
 * ``summary``: one line of phase times, the background jobs, each pytest run's counts (from the
   ``*.json`` files of ``strata_platform.pytest_timing``), the 10 slowest tests and a closing line;
   also written to ``summary.txt``. Exit 1 if a phase failed or a pytest run did not pass.
@@ -172,6 +172,22 @@ def stop(name: str, grace: float = 120.0) -> None:
 
 def spawned_jobs() -> list[str]:
     return sorted(path.stem for path in RUN_DIR.glob("*.pid")) if RUN_DIR.exists() else []
+
+
+def wait_for_jobs() -> list[str]:
+    """Wait for the background jobs of a run in progress (none once its summary is written: a test
+    run after make test waits for nothing); return those that failed or ended without a status."""
+    if (RUN_DIR / "summary.txt").exists():
+        return []
+    failed = []
+    for name in spawned_jobs():
+        pid = job_pid(name)
+        while job_result(name) is None and pid is not None and _group_alive(pid):
+            time.sleep(1)
+        result = job_result(name)
+        if result is None or result["exitstatus"] != 0:
+            failed.append(name)
+    return failed
 
 
 # -- summary --------------------------------------------------------------------------------------
