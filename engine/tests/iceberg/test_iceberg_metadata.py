@@ -228,7 +228,9 @@ def test_hadoop_catalog_storage(catalog: strata.Catalog, warehouse: str, warehou
     table = catalog.create_table("db.hadoop", schema, options={"metadata.iceberg.storage": "hadoop-catalog"})
     table.write(pa.table({"id": [1]}, schema=schema))
     location = latest_metadata_location(table) or ""
-    assert location.removeprefix("file://") == f"{warehouse}/iceberg/db/hadoop/metadata/v1.metadata.json"
+    # the first rows get statistics, published as v1's statistics version (v1.metadata.json stays as written)
+    assert location.removeprefix("file://") == f"{warehouse}/iceberg/db/hadoop/metadata/v1.stats.metadata.json"
+    assert table.file_io.exists(f"{warehouse}/iceberg/db/hadoop/metadata/v1.metadata.json")
     assert_same(table, warehouse_options)
 
 
