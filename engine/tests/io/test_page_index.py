@@ -53,6 +53,13 @@ class _CountingFile(io.RawIOBase):
         super().close()
 
 
+def _page_starts(pages: page_index.FilePages, group: int, column: int) -> np.ndarray:
+    """The rows a column chunk's pages start at."""
+    located = page_index._column_pages(pages, group, column)
+    assert located is not None
+    return located.first_rows
+
+
 def _pk_table(tmp_path):
     catalog = strata.load_catalog(str(tmp_path / "wh"))
     catalog.create_database("db")
@@ -77,8 +84,7 @@ def test_data_files_have_a_page_index_with_aligned_pages(tmp_path) -> None:
     with table.file_io.open_input_file(path) as source:
         pages = file_pages(source, path, parquet.metadata)
         assert pages is not None
-        layouts = {page_index._column_pages(pages, 0, c).first_rows.tobytes()
-                   for c in range(parquet.metadata.num_columns)}
+        layouts = {_page_starts(pages, 0, c).tobytes() for c in range(parquet.metadata.num_columns)}
     assert len(layouts) == 1  # every column's pages start at the same rows (dictionary fall-backs too)
     [starts] = [np.frombuffer(layout, dtype=np.int64) for layout in layouts]
     assert list(starts) == list(range(0, ROWS, PAGE_ROWS))
@@ -182,8 +188,7 @@ def test_selected_pages_hold_every_matching_row(tmp_path, predicate) -> None:
                                     if batch.num_rows else batch)
                 got.append(batch)
             start += group_rows
-        layouts = {page_index._column_pages(pages, 0, c).first_rows.tobytes()
-                   for c in range(table.num_columns)}
+        layouts = {_page_starts(pages, 0, c).tobytes() for c in range(table.num_columns)}
     assert len(layouts) > 1  # the columns' pages start at different rows
     selected = pa.Table.from_batches(got, schema=table.schema)
     assert selected.num_rows < table.num_rows / 4  # pages pruned, not whole groups
@@ -246,7 +251,7 @@ def test_compacted_files_keep_larger_pages(tmp_path) -> None:
     with table.file_io.open_input_file(path) as source:
         pages = file_pages(source, path, parquet.metadata)
         assert pages is not None
-        starts = page_index._column_pages(pages, 0, 0).first_rows
+        starts = _page_starts(pages, 0, 0)
     assert np.diff(starts).max() > PAGE_ROWS  # (the first page ends where its dictionary fell back)
     lo, hi = 2 * (9 * PAGE_ROWS), 2 * (9 * PAGE_ROWS + 50)
     got = table.to_arrow(filter=strata.col("id").between(lo, hi))
