@@ -22,6 +22,8 @@ import pyarrow as pa
 import pytest
 
 from strata.catalog import Catalog
+from strata_platform.paimon_rest import PaimonRestCatalog, start
+from strata_platform.paimon_rest.server import vended_s3_options
 from strata_platform.services import paimon_java
 from strata_platform.services.base import REPO_ROOT, Service
 from strata_platform.services.paimon_java import JudgeError, JudgeSession, canonical, judge_rows
@@ -247,6 +249,28 @@ def test_trino_reads_table_java_created(rest: Service, java: JudgeSession, datab
     assert [tuple(r) for r in got] == [(1, "a", 1.5), (2, "B", 20.0)]
     # the client never sees the mirror option on: its own Iceberg callback would write a second copy
     assert java.catalog("get_table", table=name)["options"]["metadata.iceberg.storage"] == "disabled"
+
+
+def test_vended_s3_settings_replace_the_clients_own(rest: Service, catalog: Catalog, database: str) -> None:
+    """With vending on, a Java client with no s3.* options writes and reads through the data token
+    endpoint (RESTTokenFileIO): the server's own S3 settings, merged into its file IO options."""
+    vended = vended_s3_options(rest.catalog_options(), {})
+    server = start(PaimonRestCatalog(catalog, prefix=WAREHOUSE_NAME, token_options=vended), port=0, token="vend")
+    options = {"metastore": "rest", "uri": f"http://127.0.0.1:{server.server_port}", "token.provider": "bear",
+               "token": "vend", "warehouse": WAREHOUSE_NAME}
+    try:
+        with JudgeSession(options) as own_s3_less:
+            name = f"{database}.vended"
+            own_s3_less.call("write", spec=[{"table": name, "fields": PK_FIELDS,
+                                             "commits": [{"rows": rows((1, "v", 1.0))}]}])
+            assert java_rows(own_s3_less, name) == canonical(rows((1, "v", 1.0)))
+        assert strata_rows(catalog, name) == canonical(rows((1, "v", 1.0)))
+        metrics = server.metrics.render().decode()
+        assert 'endpoint="/v1/{prefix}/databases/{database}/tables/{table}/token",method="GET",status="200"' \
+            in metrics
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # -- errors clients map; refused input writes nothing ----------------------------------------------------
