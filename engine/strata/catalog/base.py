@@ -12,12 +12,19 @@ import pyarrow as pa
 from strata.store.identifier import Identifier
 
 if TYPE_CHECKING:
+    from strata.fs import FileIO
     from strata.schema.evolution import SchemaChange
     from strata.schema.table_schema import TableSchema
     from strata.table.table import Table
 
 
 class Catalog(ABC):
+    file_io: FileIO  # the warehouse's storage
+
+    @abstractmethod
+    def table_path(self, ident: Identifier) -> str:
+        """The directory of a table (checked to lie under the warehouse)."""
+
     @abstractmethod
     def create_database(self, name: str, ignore_if_exists: bool = False) -> None: ...
 

@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from strata import names
 from strata.catalog import Catalog, Identifier
+from strata.catalog.jdbc import JdbcCatalog
 from strata.errors import (
     CorruptMetadataError,
     DatabaseNotEmptyError,
@@ -75,13 +77,6 @@ def not_found(kind: str, name: str, message: str | None = None) -> RestError:
 
 def already_exists(kind: str, name: str) -> RestError:
     return RestError(409, f"{kind.lower()} {name} already exists", kind, name)
-
-
-def _names() -> Any:
-    """strata.names, imported when first needed (the module is newer than this service)."""
-    import strata.names
-
-    return strata.names
 
 
 @contextmanager
@@ -160,17 +155,21 @@ class PaimonRestCatalog:
     def create_database(self, body: Any) -> None:
         request = body_object(body, "create database")
         name = request.get("name")
-        with client_errors(DATABASE, str(name)):
-            _names().check_database_name(name)
+        if not isinstance(name, str):
+            raise bad_request(f"create database: name must be a string, got {name!r}")
+        with client_errors(DATABASE, name):
+            names.check_database_name(name)
             properties = string_map(request.get("options"), "options")
-            if properties:
+            if properties and isinstance(self.catalog, JdbcCatalog):
                 self.catalog.create_database(name, properties=properties)
+            elif properties:
+                raise bad_request(f"create database {name}: this catalog keeps no database options")
             else:
                 self.catalog.create_database(name)
 
     def database(self, name: str) -> str:
         with client_errors(DATABASE, name):
-            _names().check_database_name(name)
+            names.check_database_name(name)
         if not self.catalog._database_exists(name):
             raise not_found(DATABASE, name)
         return name
@@ -226,7 +225,7 @@ class PaimonRestCatalog:
         """The table (or a branch of it: ``t$branch_b1``); 400 for a malformed name, 404 if absent."""
         self.database(database)
         with client_errors(TABLE, f"{database}.{name}"):
-            _names().check_object_name(name)
+            names.check_object_name(name)
             return self.catalog.get_table(Identifier(database, name))
 
     def get_table(self, database: str, name: str) -> dict[str, Any]:
@@ -240,13 +239,15 @@ class PaimonRestCatalog:
         identifier = body_object(request.get("identifier"), "create table: identifier")
         schema = body_object(request.get("schema"), "create table: schema")
         name = identifier.get("object") or identifier.get("table")
+        if not isinstance(name, str):
+            raise bad_request(f"create table: identifier object must be a string, got {name!r}")
         if identifier.get("database", database) != database:
             raise bad_request(f"create table: identifier database {identifier.get('database')!r} is not "
                               f"the database of the path {database!r}")
         self.database(database)
         full = f"{database}.{name}"
         with client_errors(TABLE, full):
-            _names().check_table_name(name)
+            names.check_table_name(name)
             table_schema = schema_from_request(schema, full)
             self.catalog.create_table(Identifier(database, name), table_schema)
 
@@ -264,7 +265,7 @@ class PaimonRestCatalog:
     def drop_table(self, database: str, name: str) -> None:
         self.table(database, name)
         with client_errors(TABLE, f"{database}.{name}"):
-            _names().check_table_name(name)  # a branch is dropped through its own endpoint
+            names.check_table_name(name)  # a branch is dropped through its own endpoint
             self.catalog.drop_table(Identifier(database, name))
 
     def rename_table(self, body: Any) -> None:
@@ -274,8 +275,8 @@ class PaimonRestCatalog:
         table = self.table(source.database, source.table)
         self.database(target.database)
         with client_errors(TABLE, str(target)):
-            _names().check_table_name(source.table)
-            _names().check_table_name(target.table)
+            names.check_table_name(source.table)
+            names.check_table_name(target.table)
             if self.catalog.table_exists(target):
                 raise TableAlreadyExistsError(f"table {target} already exists")
             rename_table(self.catalog, table, target)
@@ -297,6 +298,7 @@ class PaimonRestCatalog:
 
     def snapshot(self, database: str, name: str, version: str) -> dict[str, Any]:
         table = self.table(database, name)
+        found: Snapshot | None
         try:
             if version.isdigit():
                 found = table.snapshot_manager.snapshot(int(version))
@@ -374,10 +376,12 @@ class PaimonRestCatalog:
         request = body_object(body, "create branch")
         table = self.table(database, name)
         branch, tag = request.get("branch"), request.get("fromTag")
-        with client_errors(BRANCH, str(branch)):
-            branch = str(_names().check_branch_name(branch))
+        if not isinstance(branch, str) or not isinstance(tag, str | None):
+            raise bad_request(f"create branch: branch and fromTag must be strings, got {branch!r}, {tag!r}")
+        with client_errors(BRANCH, branch):
+            names.check_branch_name(branch)
             if tag is not None:
-                tag = str(_names().check_tag_name(tag))
+                names.check_tag_name(tag)
         if branch in table.list_branches():
             raise already_exists(BRANCH, branch)
         if tag is not None and not table.tags.exists(tag):
