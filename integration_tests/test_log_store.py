@@ -109,7 +109,7 @@ def test_failed_commit_leaves_nothing_visible(catalog, bootstrap, topics, monkey
     table = make_table(catalog, bootstrap, topics)
     table.write(rows(range(10)), commit_user="w", identifier=1)
 
-    def broken(self, snapshot):  # the publish of snapshot-N fails
+    def broken(self, snapshot, *args):  # the publish of snapshot-N fails
         raise CommitFailedError("simulated publish failure")
 
     monkeypatch.setattr(FileStoreCommit, "_publish", broken)
