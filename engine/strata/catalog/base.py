@@ -117,7 +117,7 @@ class Catalog(ABC):
             return None
         from strata.errors import TableNotFoundError
         from strata.snapshot.branches import BranchNotFoundError, split_branch_table
-        from strata.table.system_tables import SystemTable
+        from strata.table.system_table import SystemTable
 
         base, branch, system = split_branch_table(ident.table)
         table = self.get_table(Identifier(ident.database, base))

@@ -301,7 +301,7 @@ def _partition_literal(text: str, arrow_type: object) -> object:
 
 def read_table(table: Table, columns: list[str] | None, where: Predicate | None, snapshot_id: int | None,
                limit: int | None) -> pa.Table:
-    from strata.table.system_tables import SystemTable
+    from strata.table.system_table import SystemTable
 
     if isinstance(table, SystemTable):  # db.t$snapshots, db.t$files, ...: metadata rows, read whole
         data = table.to_arrow(columns, where, snapshot_id)

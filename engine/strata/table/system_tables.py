@@ -1,8 +1,9 @@
 """System tables: metadata of a table read as rows, as Paimon's ``t$snapshots``, ``t$files``...
 
 ``table.system_table("files")`` returns an Arrow table; ``catalog.get_table("db.t$files")``
-returns a read-only :class:`SystemTable` whose ``to_arrow()`` / ``to_pandas()`` give the same rows
-(so ``strata read 'db.t$files'`` works too). Names, column names, types and row order follow
+returns a read-only ``strata.table.system_table.SystemTable`` whose ``to_arrow()`` / ``to_pandas()``
+give the same rows (so ``strata read 'db.t$files'`` works too). The readers here take the table's
+FileStore, so the Table facade can call them without a cycle. Names, column names, types and row order follow
 Paimon's ``paimon-core/.../table/system/*Table.java``:
 
 =============  ===================================================================================
@@ -35,29 +36,26 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from strata.errors import SchemaMismatchError, StrataError, TableNotFoundError
+from strata.errors import SchemaMismatchError, TableNotFoundError
+from strata.expressions import Predicate
 from strata.format import binary_row
 from strata.io.paths import _java_float
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.manifest.manifest_entry import ManifestEntry
-from strata.scan.planner import DataSplit
-from strata.scan.predicate import Predicate
-from strata.schema.table_schema import TableSchema, schema_from_arrow
+from strata.scan.planner import DataSplit, TableScan
 from strata.schema.types import DataType
-from strata.store import Identifier
-from strata.table.read import ROW_KIND_COLUMN, TableRead
-from strata.table.table import Table
+from strata.store import FileStore, HasStore, store_of
+from strata.table.read import ROW_KIND_COLUMN, TableRead, read_arrow, read_changes
 
 if TYPE_CHECKING:
     from strata.snapshot.snapshot import Snapshot
 
-SYSTEM_TABLE_SPLITTER = "$"
 ROW_KIND = "rowkind"
 
 _STR = pa.string()
@@ -136,22 +134,20 @@ _FIXED_SCHEMAS = {"snapshots": SNAPSHOTS, "schemas": SCHEMAS, "options": OPTIONS
 SYSTEM_TABLES = (*_FIXED_SCHEMAS, "audit_log", "ro")
 
 
-class ReadOnlyTableError(StrataError, TypeError):
-    """A write or schema change aimed at a system table."""
-
-
-def _check_name(table: Table, name: str) -> str:
+def check_name(store: FileStore, name: str) -> str:
+    """`name` as the key of one of the system tables, else TableNotFoundError naming them."""
     key = name.lower()
     if key not in SYSTEM_TABLES:
-        raise TableNotFoundError(f"table {table.identifier} has no system table {name!r}; system tables are "
+        raise TableNotFoundError(f"table {store.identifier} has no system table {name!r}; system tables are "
                                  f"{', '.join(SYSTEM_TABLES)}")
     return key
 
 
-def system_table_schema(table: Table, name: str) -> pa.Schema:
-    """The Arrow schema of a system table of `table`."""
-    key = _check_name(table, name)
-    data = table.schema.arrow_schema()
+def system_table_schema(table: FileStore | HasStore, name: str) -> pa.Schema:
+    """The Arrow schema of a system table of `table` (a FileStore or the Table built on one)."""
+    store = store_of(table)
+    key = check_name(store, name)
+    data = store.schema.arrow_schema()
     if key == "ro":
         return data
     if key == "audit_log":
@@ -159,36 +155,38 @@ def system_table_schema(table: Table, name: str) -> pa.Schema:
     return _FIXED_SCHEMAS[key]
 
 
-def read_system_table(table: Table, name: str, columns: Sequence[str] | None = None,
+def read_system_table(table: FileStore | HasStore, name: str, columns: Sequence[str] | None = None,
                       filter: Predicate | None = None, snapshot_id: int | None = None,
                       timestamp_millis: int | None = None, tag: str | None = None,
                       incremental_between: tuple[int, int] | None = None) -> pa.Table:
-    """The rows of system table `name` of `table` (optionally projected and filtered); the
+    """The rows of system table `name` of `table` (a FileStore or the Table built on one),
+    optionally projected and filtered; the
     snapshot options pick what files/manifests/partitions/buckets/audit_log/ro describe.
     `incremental_between=(start, end)` (audit_log only, Paimon's ``incremental-between``): the
     changes of snapshots (start, end] with their row kinds instead of the table's state."""
-    key = _check_name(table, name)
+    store = store_of(table)
+    key = check_name(store, name)
     if incremental_between is not None and key != "audit_log":
         raise ValueError(f"system table {key!r} does not take incremental_between (only audit_log does)")
-    schema = system_table_schema(table, key)
+    schema = system_table_schema(store, key)
     for column in columns or ():
         if column not in schema.names:
-            raise SchemaMismatchError(f"system table {table.identifier}${key} has no column {column!r}; "
+            raise SchemaMismatchError(f"system table {store.identifier}${key} has no column {column!r}; "
                                       f"columns are {schema.names}")
     at: dict[str, Any] = {"snapshot_id": snapshot_id, "timestamp_millis": timestamp_millis, "tag": tag}
     if key == "ro":
-        return table.to_arrow(columns, filter, read_optimized=True, **at)
+        return read_arrow(store, columns, filter, read_optimized=True, **at)
     if key == "audit_log" and incremental_between is not None:
         start, end = incremental_between
-        changes = table.read_incremental(start, end)
+        changes = read_changes(store, start, end)
         data = pa.Table.from_arrays(changes.columns, schema=schema)
     elif key == "audit_log":
-        data = _audit_log(table, filter, **at)
+        data = _audit_log(store, filter, **at)
     else:
         if key not in _AT_SNAPSHOT and any(v is not None for v in at.values()):
             raise ValueError(f"system table {key!r} does not take a snapshot, timestamp or tag")
         builder: Callable[..., list[dict[str, Any]]] = _BUILDERS[key]
-        rows = builder(table, **at) if key in _AT_SNAPSHOT else builder(table)
+        rows = builder(store, **at) if key in _AT_SNAPSHOT else builder(store)
         data = pa.Table.from_pylist(rows, schema=schema)
     if filter is not None:
         data = data.filter(filter.to_arrow())
@@ -258,20 +256,20 @@ def _flat_json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
-def _snapshot_at(table: Table, snapshot_id: int | None, timestamp_millis: int | None,
+def _snapshot_at(store: FileStore, snapshot_id: int | None, timestamp_millis: int | None,
                  tag: str | None) -> Snapshot | None:
-    return table.new_scan(snapshot_id=snapshot_id, timestamp_millis=timestamp_millis, tag=tag).snapshot()
+    return TableScan(store, snapshot_id, timestamp_millis, tag).snapshot()
 
 
-def _splits(table: Table, snapshot_id: int | None, timestamp_millis: int | None,
+def _splits(store: FileStore, snapshot_id: int | None, timestamp_millis: int | None,
             tag: str | None) -> list[DataSplit]:
-    return table.new_scan(snapshot_id=snapshot_id, timestamp_millis=timestamp_millis, tag=tag).plan().splits
+    return TableScan(store, snapshot_id, timestamp_millis, tag).plan().splits
 
 
 # -- builders ------------------------------------------------------------------------------------------
 
 
-def _snapshots(table: Table) -> list[dict[str, Any]]:
+def _snapshots(store: FileStore) -> list[dict[str, Any]]:
     return [{
         "snapshot_id": s.id, "schema_id": s.schema_id, "commit_user": s.commit_user,
         "commit_identifier": s.commit_identifier, "commit_kind": s.commit_kind,
@@ -281,15 +279,15 @@ def _snapshots(table: Table) -> list[dict[str, Any]]:
         "changelog_record_count": s.changelog_record_count, "watermark": s.watermark,
         "next_row_id": s.next_row_id, "operation": _opt_str(s.extra.get("operation")),
         "writer_version": _opt_str(s.extra.get("writerVersion")),
-    } for s in table.snapshots()]
+    } for s in store.snapshot_manager.snapshots()]
 
 
 def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _schemas(table: Table) -> list[dict[str, Any]]:
-    manager = table.schema_manager
+def _schemas(store: FileStore) -> list[dict[str, Any]]:
+    manager = store.schema_manager
     rows = []
     for schema_id in manager.list_ids():
         s = manager.schema(schema_id)
@@ -301,21 +299,21 @@ def _schemas(table: Table) -> list[dict[str, Any]]:
     return rows
 
 
-def _options(table: Table) -> list[dict[str, Any]]:
-    return [{"key": k, "value": v} for k, v in sorted(table.schema.options.items())]
+def _options(store: FileStore) -> list[dict[str, Any]]:
+    return [{"key": k, "value": v} for k, v in sorted(store.schema.options.items())]
 
 
 class _FileStats:
     """Value stats of files, evolved to the table's current schema (FilesTable's StatsLazyGetter)."""
 
-    def __init__(self, table: Table):
-        self.table = table
-        self.current = sorted(table.schema.fields, key=lambda f: f.name)  # Java prints a TreeMap
+    def __init__(self, store: FileStore):
+        self.store = store
+        self.current = sorted(store.schema.fields, key=lambda f: f.name)  # Java prints a TreeMap
         self._keys: dict[int, tuple[list[pa.DataType], list[DataType]]] = {}
 
     def key_types(self, schema_id: int) -> tuple[list[pa.DataType], list[DataType]]:
         if schema_id not in self._keys:
-            fields = self.table.schema_at(schema_id).key_fields() if self.table.schema.primary_keys else []
+            fields = self.store.schema_at(schema_id).key_fields() if self.store.schema.primary_keys else []
             self._keys[schema_id] = ([f.type.to_arrow() for f in fields], [f.type for f in fields])
         return self._keys[schema_id]
 
@@ -329,7 +327,7 @@ class _FileStats:
         return "[" + ", ".join(java_string(v, t) for v, t in zip(values, dtypes, strict=True)) + "]"
 
     def value_stats(self, f: DataFileMeta) -> tuple[str, str, str]:
-        schema = self.table.schema_at(f.schema_id)
+        schema = self.store.schema_at(f.schema_id)
         names = f.value_stats_cols if f.value_stats_cols is not None else schema.field_names
         by_name = {fld.name: fld for fld in schema.fields}
         types = [by_name[n].type.to_arrow() for n in names]
@@ -357,16 +355,16 @@ class _FileStats:
                 "{" + ", ".join(max_parts) + "}")
 
 
-def _partition_dtypes(table: Table) -> list[DataType]:
-    return [f.type for f in table.schema.partition_fields()]
+def _partition_dtypes(store: FileStore) -> list[DataType]:
+    return [f.type for f in store.schema.partition_fields()]
 
 
-def _files(table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
+def _files(store: FileStore, snapshot_id: int | None = None, timestamp_millis: int | None = None,
            tag: str | None = None) -> list[dict[str, Any]]:
-    dtypes = _partition_dtypes(table)
-    stats = _FileStats(table)
+    dtypes = _partition_dtypes(store)
+    stats = _FileStats(store)
     rows = []
-    for split in _splits(table, snapshot_id, timestamp_millis, tag):
+    for split in _splits(store, snapshot_id, timestamp_millis, tag):
         partition = _row_string(split.partition_values, dtypes)
         for f in split.files:
             nulls, mins, maxs = stats.value_stats(f)
@@ -386,17 +384,17 @@ def _files(table: Table, snapshot_id: int | None = None, timestamp_millis: int |
     return rows
 
 
-def _manifests(table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
+def _manifests(store: FileStore, snapshot_id: int | None = None, timestamp_millis: int | None = None,
                tag: str | None = None) -> list[dict[str, Any]]:
-    snapshot = _snapshot_at(table, snapshot_id, timestamp_millis, tag)
+    snapshot = _snapshot_at(store, snapshot_id, timestamp_millis, tag)
     if snapshot is None:
         return []
-    store = table.manifest_store
-    metas = store.read_manifest_list(snapshot.base_manifest_list) + \
-        store.read_manifest_list(snapshot.delta_manifest_list)
+    manifests = store.manifest_store
+    metas = manifests.read_manifest_list(snapshot.base_manifest_list) + \
+        manifests.read_manifest_list(snapshot.delta_manifest_list)
     if snapshot.changelog_manifest_list:
-        metas += store.read_manifest_list(snapshot.changelog_manifest_list)
-    partition_fields = table.schema.partition_fields()
+        metas += manifests.read_manifest_list(snapshot.changelog_manifest_list)
+    partition_fields = store.schema.partition_fields()
     arrow_types = [f.type.to_arrow() for f in partition_fields]
     dtypes = [f.type for f in partition_fields]
     rows = []
@@ -411,28 +409,28 @@ def _manifests(table: Table, snapshot_id: int | None = None, timestamp_millis: i
     return rows
 
 
-def _live_entries(table: Table, snapshot_id: int | None, timestamp_millis: int | None,
+def _live_entries(store: FileStore, snapshot_id: int | None, timestamp_millis: int | None,
                   tag: str | None) -> list[ManifestEntry]:
-    scan = table.new_scan(snapshot_id=snapshot_id, timestamp_millis=timestamp_millis, tag=tag)
+    scan = TableScan(store, snapshot_id, timestamp_millis, tag)
     return scan.plan_entries(scan.snapshot())
 
 
-def _partition_values(table: Table, partition: bytes) -> list[Any]:
-    fields = table.schema.partition_fields()
+def _partition_values(store: FileStore, partition: bytes) -> list[Any]:
+    fields = store.schema.partition_fields()
     return binary_row.deserialize(partition, [f.type.to_arrow() for f in fields]) if fields else []
 
 
-def _partitions(table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
+def _partitions(store: FileStore, snapshot_id: int | None = None, timestamp_millis: int | None = None,
                 tag: str | None = None) -> list[dict[str, Any]]:
     grouped: dict[bytes, list[ManifestEntry]] = defaultdict(list)
-    for e in _live_entries(table, snapshot_id, timestamp_millis, tag):
+    for e in _live_entries(store, snapshot_id, timestamp_millis, tag):
         grouped[e.partition].append(e)
-    keys = table.schema.partition_keys
-    dtypes = _partition_dtypes(table)
-    default_name = str(table.core.get("partition.default-name"))
+    keys = store.schema.partition_keys
+    dtypes = _partition_dtypes(store)
+    default_name = str(store.core.get("partition.default-name"))
     rows = []
     for partition, entries in grouped.items():
-        values = _partition_values(table, partition)
+        values = _partition_values(store, partition)
         spec = "/".join(f"{k}={default_name if v is None else java_string(v, t)}"
                         for k, v, t in zip(keys, values, dtypes, strict=True))
         times = [e.file.creation_time for e in entries if e.file.creation_time is not None]
@@ -446,17 +444,17 @@ def _partitions(table: Table, snapshot_id: int | None = None, timestamp_millis: 
     return sorted(rows, key=lambda r: r["partition"])
 
 
-def _buckets(table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
+def _buckets(store: FileStore, snapshot_id: int | None = None, timestamp_millis: int | None = None,
              tag: str | None = None) -> list[dict[str, Any]]:
     grouped: dict[tuple[bytes, int], list[ManifestEntry]] = defaultdict(list)
-    for e in _live_entries(table, snapshot_id, timestamp_millis, tag):
+    for e in _live_entries(store, snapshot_id, timestamp_millis, tag):
         grouped[(e.partition, e.bucket)].append(e)
-    dtypes = _partition_dtypes(table)
+    dtypes = _partition_dtypes(store)
     rows = []
     for (partition, bucket), entries in grouped.items():
         times = [e.file.creation_time for e in entries if e.file.creation_time is not None]
         rows.append({
-            "partition": _row_string(_partition_values(table, partition), dtypes), "bucket": bucket,
+            "partition": _row_string(_partition_values(store, partition), dtypes), "bucket": bucket,
             "record_count": sum(e.file.row_count for e in entries),
             "file_size_in_bytes": sum(e.file.file_size for e in entries), "file_count": len(entries),
             "last_update_time": _wall(max(times)) if times else None,
@@ -464,13 +462,13 @@ def _buckets(table: Table, snapshot_id: int | None = None, timestamp_millis: int
     return sorted(rows, key=lambda r: (r["partition"], r["bucket"]))
 
 
-def _branches(table: Table) -> list[dict[str, Any]]:
-    return [{"branch_name": b.name, "create_time": b.create_time} for b in table.branches.infos()]
+def _branches(store: FileStore) -> list[dict[str, Any]]:
+    return [{"branch_name": b.name, "create_time": b.create_time} for b in store.branches.infos()]
 
 
-def _tags(table: Table) -> list[dict[str, Any]]:
+def _tags(store: FileStore) -> list[dict[str, Any]]:
     rows = []
-    for info in sorted(table.tags.list_all(), key=lambda t: t.name):
+    for info in sorted(store.tags.list_all(), key=lambda t: t.name):
         tag = info.snapshot
         rows.append({
             "tag_name": info.name, "snapshot_id": tag.id, "schema_id": tag.schema_id,
@@ -500,21 +498,21 @@ def java_duration(millis: int | None) -> str | None:
     return text
 
 
-def _consumers(table: Table) -> list[dict[str, Any]]:
+def _consumers(store: FileStore) -> list[dict[str, Any]]:
     return [{"consumer_id": c.consumer_id, "next_snapshot_id": c.next_snapshot}
-            for c in sorted(table.consumers.list_all(), key=lambda c: c.consumer_id)]
+            for c in sorted(store.consumers.list_all(), key=lambda c: c.consumer_id)]
 
 
-def _table_indexes(table: Table, snapshot_id: int | None = None, timestamp_millis: int | None = None,
+def _table_indexes(store: FileStore, snapshot_id: int | None = None, timestamp_millis: int | None = None,
                    tag: str | None = None) -> list[dict[str, Any]]:
     """The entries of the snapshot's index manifest, in its order (TableIndexesTable)."""
-    snapshot = _snapshot_at(table, snapshot_id, timestamp_millis, tag)
+    snapshot = _snapshot_at(store, snapshot_id, timestamp_millis, tag)
     if snapshot is None or snapshot.index_manifest is None:
         return []
-    dtypes = _partition_dtypes(table)
-    names = {f.id: f.name for f in table.schema.fields}
+    dtypes = _partition_dtypes(store)
+    names = {f.id: f.name for f in store.schema.fields}
     rows = []
-    for e in table.manifest_store.read_index_manifest(snapshot.index_manifest):
+    for e in store.manifest_store.read_index_manifest(snapshot.index_manifest):
         ranges = None if e.dv_ranges is None else [
             {"f0": r.data_file_name, "f1": r.offset, "f2": r.length, "_CARDINALITY": r.cardinality}
             for r in e.dv_ranges]
@@ -525,7 +523,7 @@ def _table_indexes(table: Table, snapshot_id: int | None = None, timestamp_milli
             if all(i in names for i in ids):
                 field_name = ",".join(names[i] for i in ids)
         rows.append({
-            "partition": _row_string(_partition_values(table, e.partition), dtypes), "bucket": e.bucket,
+            "partition": _row_string(_partition_values(store, e.partition), dtypes), "bucket": e.bucket,
             "index_type": e.index_type, "file_name": e.file_name, "file_size": e.file_size,
             "row_count": e.row_count, "dv_ranges": ranges,
             "row_range_start": g.row_range_start if g is not None else None,
@@ -554,81 +552,16 @@ class _AuditLogRead(TableRead):
         return True
 
 
-def _audit_log(table: Table, filter: Predicate | None, snapshot_id: int | None,
+def _audit_log(store: FileStore, filter: Predicate | None, snapshot_id: int | None,
                timestamp_millis: int | None, tag: str | None) -> pa.Table:
-    names = set(table.schema.field_names)
+    names = set(store.schema.field_names)
     pushed = filter if filter is not None and filter.fields() <= names else None
-    splits = table.new_scan(pushed, snapshot_id, timestamp_millis, tag).plan().splits
-    read = _AuditLogRead(table, None, pushed)
+    splits = TableScan(store, snapshot_id, timestamp_millis, tag, pushed).plan().splits
+    read = _AuditLogRead(store, None, pushed)
     tables = [t for s in splits for t in read.read_split(s)]
-    schema = system_table_schema(table, "audit_log")
+    schema = system_table_schema(store, "audit_log")
     if not tables:
         return schema.empty_table()
     data = pa.concat_tables(tables)
     assert data.column_names[0] == ROW_KIND_COLUMN
     return pa.Table.from_arrays(data.columns, schema=schema)
-
-
-# -- the read-only table object ------------------------------------------------------------------------
-
-
-class SystemTable(Table):
-    """``db.t$name``: a read-only view of a table's metadata; read it with to_arrow / to_pandas."""
-
-    def __init__(self, table: Table, name: str):
-        key = _check_name(table, name)
-        self.data_table = table
-        self.system_name = key
-        arrow_schema = system_table_schema(table, key)
-        ident = Identifier(table.identifier.database, f"{table.identifier.table}{SYSTEM_TABLE_SPLITTER}{key}")
-        super().__init__(table.file_io, table.path, ident, _as_table_schema(table, key, arrow_schema),
-                         catalog=table.catalog)
-        self.arrow_schema = arrow_schema
-
-    def __repr__(self) -> str:
-        return f"SystemTable({self.identifier})"
-
-    def to_arrow(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
-                 snapshot_id: int | None = None, timestamp_millis: int | None = None,
-                 tag: str | None = None, read_optimized: bool = False) -> pa.Table:
-        return read_system_table(self.data_table, self.system_name, columns, filter, snapshot_id,
-                                 timestamp_millis, tag)
-
-    read = to_arrow
-
-    def to_pandas(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
-                  snapshot_id: int | None = None) -> Any:
-        return self.to_arrow(columns, filter, snapshot_id).to_pandas()
-
-    def to_batches(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
-                   snapshot_id: int | None = None) -> Iterator[pa.RecordBatch]:
-        return iter(self.to_arrow(columns, filter, snapshot_id).to_batches())
-
-    def _read_only(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise ReadOnlyTableError(f"system table {self.identifier} is read-only")
-
-    # everything that writes, changes the data table, or plans its data splits is refused
-    write = delete = delete_where = new_write = new_commit = compact = alter = _read_only
-    scan = new_scan = new_read = read_incremental = system_table = _read_only
-    add_column = drop_column = rename_column = update_column_type = set_options = remove_options = _read_only
-    create_tag = delete_tag = expire_tags = rollback_to = expire_snapshots = expire_partitions = _read_only
-    remove_orphan_files = reset_consumer = clear_consumers = _read_only
-
-
-def _as_table_schema(table: Table, key: str, arrow_schema: pa.Schema) -> TableSchema:
-    """A TableSchema describing the system table's columns (for callers that look columns up,
-    e.g. the CLI's --columns / --where); columns without a Paimon atomic type are left out."""
-    if key == "ro":
-        return TableSchema(table.schema.id, list(table.schema.fields))
-    atomic = []
-    for f in arrow_schema:
-        try:
-            DataType.from_arrow(f.type)
-        except ValueError:
-            continue
-        atomic.append(f)
-    return schema_from_arrow(pa.schema(atomic))
-
-
-def is_system_table_name(name: str) -> bool:
-    return SYSTEM_TABLE_SPLITTER in name

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from strata.errors import SnapshotNotFoundError
+from strata.expressions import Predicate
 from strata.fs import FileIO
 from strata.io.paths import PathFactory
 from strata.manifest.manifest_store import ManifestStore
 from strata.operation.commit import CommitResult
 from strata.options import CoreOptions
 from strata.scan.planner import DataSplit, TableScan
-from strata.scan.predicate import Predicate
 from strata.schema.schema_manager import SchemaManager
 from strata.schema.table_schema import TableSchema
 from strata.snapshot.branches import BranchManager, branch_path, is_main, normalize_branch
@@ -26,6 +26,7 @@ from strata.snapshot.tags import TagInfo, TagManager
 from strata.store import FileStore, Identifier, PublishFn
 from strata.table.commit import TableCommit
 from strata.table.read import TableRead, read_arrow, read_batches, read_changes
+from strata.table.system_tables import read_system_table
 from strata.table.write import TableWrite, write_messages
 
 if TYPE_CHECKING:
@@ -337,9 +338,7 @@ class Table:
         """A system table of this table as Arrow: 'snapshots', 'schemas', 'options', 'files',
         'manifests', 'partitions', 'buckets', 'tags', 'consumers', 'table_indexes', 'audit_log', 'ro' (Paimon's
         ``t$name``); `kwargs` such as snapshot_id pick the snapshot the file-level ones describe."""
-        from strata.table.system_tables import read_system_table
-
-        return read_system_table(self, name, **kwargs)
+        return read_system_table(self.store, name, **kwargs)
 
     # -- branches (strata.snapshot.branches) ------------------------------------------------------
     def create_branch(self, name: str, from_tag: str | None = None, from_snapshot: int | None = None) -> Table:

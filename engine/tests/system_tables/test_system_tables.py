@@ -14,14 +14,8 @@ import pytest
 import strata
 from strata import SchemaChange, col
 from strata.errors import TableNotFoundError
-from strata.table.system_tables import (
-    SYSTEM_TABLES,
-    ReadOnlyTableError,
-    SystemTable,
-    java_duration,
-    java_string,
-    system_table_schema,
-)
+from strata.table.system_table import ReadOnlyTableError, SystemTable
+from strata.table.system_tables import SYSTEM_TABLES, java_duration, java_string, system_table_schema
 
 SCHEMA = pa.schema([("id", pa.int64()), ("dt", pa.string()), ("v", pa.int32()), ("name", pa.string())])
 

@@ -13,7 +13,8 @@ from strata.cli import main
 from strata.deletionvectors import read_vector
 from strata.deletionvectors.index_file import DeletionFile
 from strata.fs import FileIO
-from strata.table.system_tables import DV_RANGE, TABLE_INDEXES, SystemTable, system_table_schema
+from strata.table.system_table import SystemTable
+from strata.table.system_tables import DV_RANGE, TABLE_INDEXES, system_table_schema
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("dt", pa.string(), nullable=False),
                     pa.field("v", pa.int64())])
