@@ -74,7 +74,9 @@ MAX_ATTEMPTS = 40  # per batch and table: a writer that cannot commit for this l
 RATE = float(os.environ.get("STRATA_FAULT_RATE", "1.0"))
 S3_FAULTS = Faults(lost_reply=0.02, slow_down=0.02, reset=0.10, latency=0.03, latency_ms=(10, 150),
                    outage_every=10.0, outage_seconds=(1.0, 2.0)).scaled(RATE)
-PG_FAULTS = Faults(reset=0.10, latency=0.05, latency_ms=(10, 100), outage_every=20.0, outage_seconds=(1.0, 2.0))
+# a lock row whose holder lost the database stays until its lease (lock.expire-time) ends and
+# stalls that table's writers: outages of the lock database are rarer than the store's
+PG_FAULTS = Faults(reset=0.10, latency=0.05, latency_ms=(10, 100), outage_every=30.0, outage_seconds=(1.0, 2.0))
 
 ROWS = 10  # rows per batch of the append table
 KEYS = 12  # keys each writer owns in a primary-key table
@@ -166,7 +168,7 @@ class Network:
 def catalog_options(mode: str, minio: Service, postgres: Service, catalog_key: str) -> dict[str, str]:
     env = minio.client_env()
     return {"metastore": "jdbc", "uri": postgres.client_env()["STRATA_PG_DSN"], "catalog-key": catalog_key,
-            "lock-check-max-sleep": "100 ms", "lock.expire-time": "15 s",
+            "lock-check-max-sleep": "100 ms", "lock.expire-time": "10 s",
             "s3.endpoint": env["AWS_ENDPOINT_URL"], "s3.access-key": env["AWS_ACCESS_KEY_ID"],
             "s3.secret-key": env["AWS_SECRET_ACCESS_KEY"], "s3.region": env["AWS_REGION"], **MODES[mode]}
 
@@ -611,7 +613,7 @@ def test_branch_fast_forward_under_faults(minio: Service, postgres: Service, jud
     """Writers commit to a branch through the faults, main is fast-forwarded to it (retried until
     it succeeds, under the table lock), and the writers go on on main, with compaction and expiry
     alongside: main then holds every batch once and reads everywhere, for Java Paimon too."""
-    with network("branch", "jdbc-lock", minio, postgres) as net:
+    with network("branch", "jdbc-lock", minio, postgres, pg_faults=Faults(reset=0.10)) as net:
         catalog = strata.load_catalog(net.warehouse, **net.direct)
         catalog.create_database("db")
         table = catalog.create_table("db.t", PK_SCHEMA, partition_keys=["p"], primary_keys=["p", "k"],
