@@ -35,7 +35,7 @@ import pytest
 
 import strata
 from strata.fs.s3 import S3FileIO
-from strata.operation.manifests import DECODED_MANIFESTS
+from strata.manifest.manifest_store import DECODED_MANIFESTS
 from strata_platform.services.base import Service
 
 TRIALS = 20

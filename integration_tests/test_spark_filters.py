@@ -80,7 +80,7 @@ def selected(f: Any) -> list[int]:
     (EqualTo(("flag",), True), [0, 3]),
     (EqualTo(("raw",), b"\x01"), [0, 3]),
     (EqualTo(("ID",), 1), [0]),  # Spark resolves names case-insensitively
-    # literals off the column's grid or range are bound exactly (strata.scan.predicate.bind)
+    # literals off the column's grid or range are bound exactly (strata.expressions.literals.bind)
     (EqualTo(("id",), 1.5), []),
     (LessThan(("id",), 2.5), [0, 1]),
     (GreaterThan(("id",), 2**40), []),

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from strata.catalog import Catalog, FileSystemCatalog, Identifier, load_catalog
-    from strata.scan.predicate import col, in_rows
+    from strata.expressions import col, in_rows
     from strata.schema.evolution import Move, SchemaChange
     from strata.table.table import Table
 
 _EXPORTS = {
     "Catalog": "strata.catalog", "FileSystemCatalog": "strata.catalog", "Identifier": "strata.catalog",
-    "load_catalog": "strata.catalog", "col": "strata.scan.predicate", "in_rows": "strata.scan.predicate",
+    "load_catalog": "strata.catalog", "col": "strata.expressions", "in_rows": "strata.expressions",
     "Move": "strata.schema.evolution",
     "SchemaChange": "strata.schema.evolution", "Table": "strata.table.table",
 }

@@ -47,9 +47,9 @@ from urllib.parse import parse_qs, urlsplit
 import prometheus_client as prom
 
 from strata.catalog import Catalog, load_catalog
-from strata.catalog.base import Identifier
 from strata.errors import StrataError
 from strata.lineage import consistent_set, lineage_graph, tag_consistent_set
+from strata.store import Identifier
 
 log = logging.getLogger("strata.metaservice")
 DEFAULT_PORT = 19191

@@ -1,7 +1,8 @@
 """Catalogs: where databases and tables live (filesystem; JDBC with locks for object stores)."""
 
-from strata.catalog.base import Catalog, Identifier
+from strata.catalog.base import Catalog
 from strata.catalog.filesystem import FileSystemCatalog
+from strata.store import Identifier
 
 __all__ = ["Catalog", "FileSystemCatalog", "Identifier", "load_catalog"]
 

@@ -56,8 +56,8 @@ class Catalog(ABC):
                           partition_keys: list[str] | None, primary_keys: list[str] | None,
                           options: Mapping[str, str] | None, comment: str | None) -> TableSchema:
         """The validated schema-0 of a table about to be created in an existing database."""
-        from strata.catalog.definition import build_schema, validate_schema
         from strata.errors import DatabaseNotFoundError
+        from strata.schema.definition import build_schema, validate_schema
 
         if not self._database_exists(ident.database):
             raise DatabaseNotFoundError(f"database {ident.database!r} does not exist")

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from strata.catalog.base import Catalog, Identifier
+from strata.catalog.base import Catalog
 from strata.errors import (
     DatabaseNotEmptyError,
     DatabaseNotFoundError,
@@ -17,6 +17,7 @@ from strata.fs import FileIO, file_io_for
 from strata.names import check_database_name, check_table_name, path_under
 from strata.schema.schema_manager import SchemaManager
 from strata.schema.table_schema import TableSchema
+from strata.store import Identifier
 from strata.table.table import Table
 
 DB_SUFFIX = ".db"

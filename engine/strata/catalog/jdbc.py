@@ -35,7 +35,7 @@ from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from strata.catalog.base import Catalog, Identifier
+from strata.catalog.base import Catalog
 from strata.catalog.filesystem import DB_SUFFIX
 from strata.catalog.lock import JdbcCatalogLock, LockedPublisher
 from strata.errors import (
@@ -49,6 +49,7 @@ from strata.errors import (
 from strata.fs import FileIO, file_io_for
 from strata.names import check_database_name, check_table_name, path_under, require_under
 from strata.schema.schema_manager import SchemaManager
+from strata.store import Identifier
 from strata.table.table import Table
 
 if TYPE_CHECKING:

@@ -9,7 +9,8 @@ from decimal import Decimal
 from typing import Any
 
 from strata.cli.common import CliError
-from strata.scan.predicate import Predicate, bind, col
+from strata.expressions import Predicate, col
+from strata.expressions.literals import bind
 from strata.schema.table_schema import TableSchema
 from strata.schema.types import DataField, DataType
 
@@ -109,7 +110,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
 
 
 def parse_where(text: str, schema: TableSchema) -> Predicate:
-    """A conjunction of simple conditions -> a Predicate bound to `schema` (strata.scan.predicate.bind:
+    """A conjunction of simple conditions -> a Predicate bound to `schema` (strata.expressions.literals.bind:
     literals convert to the column types as with the Python API; FilterError names a bad one)."""
     tokens = _tokens(text)
     pos = 0

@@ -14,7 +14,7 @@ from strata.catalog import Catalog
 from strata.cli.common import CliError
 from strata.cli.output import emit, format_size, format_table, format_time, partition_text
 from strata.cli.spec import build_table_schema, parse_options, parse_where, split_names
-from strata.scan.predicate import Predicate
+from strata.expressions import Predicate
 from strata.schema.table_schema import TableSchema
 from strata.table.table import Table
 

@@ -98,7 +98,7 @@ def _cast(column: pa.ChunkedArray, target: pa.DataType, name: str, source: str) 
 
 def _filtered(table: pa.Table, expression: pc.Expression) -> pa.Table:
     """`table.filter`, a failure reported as the filter's: the file decoded fine. Bound
-    predicates (strata.scan.predicate.bind) do not fail; this names what slipped through."""
+    predicates (strata.expressions.literals.bind) do not fail; this names what slipped through."""
     try:
         return table.filter(expression)
     except pa.ArrowException as exc:

@@ -33,8 +33,8 @@ from strata.io.paths import PathFactory
 from strata.manifest.commit_message import CommitMessage
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, INDEX_TYPE_HASH, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry
+from strata.manifest.manifest_store import ManifestStore
 from strata.operation.conflicts import apply_index_changes, check_conflicts, check_deletion_vector_conflicts
-from strata.operation.manifests import ManifestStore
 from strata.options import CoreOptions
 from strata.schema.table_schema import TableSchema
 from strata.snapshot.branches import branch_path

@@ -31,6 +31,8 @@ import numpy as np
 
 from strata.deletionvectors import BucketDeletionVectors, deleted_positions
 from strata.errors import CommitConflictError
+from strata.expressions import Predicate
+from strata.expressions.literals import bind
 from strata.io.data_file_reader import ROW_POSITION, ColumnMapping, read_file
 from strata.manifest.commit_message import CommitMessage
 from strata.manifest.data_file_meta import DataFileMeta
@@ -38,7 +40,6 @@ from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, IndexMan
 from strata.manifest.manifest_entry import FileKind
 from strata.operation.committer import NewCommit
 from strata.scan.planner import DataSplit, TableScan
-from strata.scan.predicate import Predicate, bind
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
 from strata.store import FileStore, HasStore, store_of
 from strata.table.read import read_arrow

@@ -10,6 +10,8 @@ from typing import Any
 from strata import metrics
 from strata.deletionvectors import DeletionFile, deletion_files
 from strata.errors import SnapshotNotFoundError
+from strata.expressions import ColumnStats, Predicate, equality_literals, only_fields
+from strata.expressions.literals import bind
 from strata.format import binary_row
 from strata.format.bucket import bucket_ids
 from strata.manifest.codec import gc_paused
@@ -18,7 +20,6 @@ from strata.manifest.manifest_entry import FileKind, ManifestEntry, live_files, 
 from strata.manifest.manifest_file_meta import ManifestFileMeta
 from strata.manifest.simple_stats import SimpleStats
 from strata.options import POSTPONE_BUCKET
-from strata.scan.predicate import ColumnStats, Predicate, bind, equality_literals, only_fields
 from strata.snapshot.snapshot import Snapshot
 from strata.store import FileStore, HasStore, store_of
 

@@ -4,7 +4,7 @@ A filter converts only when Strata evaluates it exactly as Spark does, both on r
 min/max statistics; everything else stays with Spark. Not converted:
 - columns of FLOAT/DOUBLE (Spark orders NaN above every number and NaN = NaN is true; Arrow
   comparisons with NaN are false), and nested column paths;
-- literals the shared binding (strata.scan.predicate.bind) refuses for the column, NULL
+- literals the shared binding (strata.expressions.literals.bind) refuses for the column, NULL
   literals, and timestamps whose zone does not match the column's (Spark gives naive datetimes
   for TIMESTAMP_NTZ, aware ones for TIMESTAMP);
 - EqualNullSafe, StringEndsWith, StringContains.
@@ -33,8 +33,9 @@ from pyspark.sql.datasource import (
 )
 
 from strata.errors import FilterError
-from strata.scan.predicate import And, Leaf, Predicate, bind
-from strata.scan.predicate import Not as StrataNot
+from strata.expressions import And, Leaf, Predicate
+from strata.expressions import Not as StrataNot
+from strata.expressions.literals import bind
 from strata.schema.table_schema import TableSchema
 from strata.schema.types import NESTED_ROOTS
 

@@ -86,7 +86,7 @@ def delete_batch(batch_df: DataFrame, batch_id: int, path: str, *, on: Sequence[
     are marked in place, no file is rewritten; primary-key tables get -D records. The batch's
     distinct keys are collected on the driver (one micro-batch's worth). False when the table
     already holds this batch id for the commit user (a replay) and nothing was deleted."""
-    from strata.scan.predicate import in_rows
+    from strata.expressions import in_rows
 
     user = batch_commit_user(commit_user, checkpoint_location)
     table = table_ref(normalize({**options, "path": path})).load()

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from strata.catalog import load_catalog
-from strata.catalog.base import Identifier
 from strata.errors import OptionError
 from strata.snapshot.branches import BRANCH_TABLE_SEPARATOR, is_main, validate_branch_name
+from strata.store import Identifier
 
 if TYPE_CHECKING:
     from strata.catalog.base import Catalog

@@ -58,9 +58,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from strata.errors import OptionError
+from strata.expressions import Predicate
 from strata.options import parse_memory
 from strata.scan.planner import DataSplit
-from strata.scan.predicate import Predicate
 from strata.spark import filters as spark_filters
 from strata.spark.options import TableRef, get_bool, get_int, normalize, table_ref
 from strata.spark.types import Projection, spark_schema

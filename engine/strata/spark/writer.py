@@ -65,6 +65,7 @@ from pyspark.sql.types import StructType
 
 from strata.errors import CommitStateUnknownError, CorruptMetadataError, OptionError, SnapshotNotFoundError
 from strata.format import binary_row
+from strata.manifest.commit_message import CommitMessage
 from strata.operation.commit import CommitResult
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER, NO_WATERMARK
 from strata.spark.options import (
@@ -77,7 +78,6 @@ from strata.spark.options import (
     table_ref,
 )
 from strata.spark.types import ROW_KIND_COLUMN, truncate_timestamps
-from strata.table.commit_message import CommitMessage
 from strata.table.table import Table
 from strata.table.write import TableWrite
 

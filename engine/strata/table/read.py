@@ -14,6 +14,8 @@ import pyarrow.compute as pc
 
 from strata.deletionvectors import deleted_positions
 from strata.errors import SnapshotNotFoundError
+from strata.expressions import Predicate, only_fields
+from strata.expressions.literals import bind
 from strata.fs import FileIO
 from strata.fs.prefetch import PrefetchedFileIO, prefetching
 from strata.io.arrays import to_numpy
@@ -24,7 +26,6 @@ from strata.mergetree.merge_function import FirstRowMerge, live_rows_mask, merge
 from strata.mergetree.merge_reader import merge_runs
 from strata.operation.commit import key_decoder
 from strata.scan.planner import DataSplit, TableScan
-from strata.scan.predicate import Predicate, bind, only_fields
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND
 from strata.store import FileStore, HasStore, store_of
 

@@ -15,7 +15,7 @@ import pytest
 
 import strata
 from strata.cli import build_table_schema, main, parse_where
-from strata.scan.predicate import ColumnStats
+from strata.expressions import ColumnStats
 
 SCHEMA = "id BIGINT NOT NULL, name STRING, dt STRING, price DECIMAL(10,2)"
 

@@ -1,4 +1,4 @@
-"""The CLI's --where binds its literals as the Python API does (strata.scan.predicate.bind)."""
+"""The CLI's --where binds its literals as the Python API does (strata.expressions.literals.bind)."""
 
 from __future__ import annotations
 

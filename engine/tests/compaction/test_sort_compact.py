@@ -19,10 +19,10 @@ import pytest
 import strata
 from strata.cli import main
 from strata.errors import CommitConflictError
+from strata.expressions import Predicate, col
 from strata.io.data_file_writer import DataFileWriter
 from strata.operation import sort_compact as sort_compact_module
 from strata.operation.zorder import UnsupportedSortTypeError, zorder_keys
-from strata.scan.predicate import Predicate, col
 from strata.table.table import Table
 
 SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("s", pa.string()), ("x", pa.float64()),

@@ -10,10 +10,10 @@ import pytest
 import strata
 from strata.cli import main
 from strata.errors import CommitConflictError
+from strata.expressions import Predicate
 from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS
 from strata.operation.append_compact import compaction_index_changes, plan_append_compaction, run_append_compaction
 from strata.operation.delete import prepare_delete
-from strata.scan.predicate import Predicate
 from strata.table.table import Table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("dt", pa.string()),

@@ -17,10 +17,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import strata
 from strata.errors import CommitConflictError
+from strata.expressions import Predicate
 from strata.fs import file_io_for
 from strata.operation.append_compact import compaction_index_changes, plan_append_compaction, run_append_compaction
 from strata.operation.delete import prepare_delete
-from strata.scan.predicate import Predicate
 from strata.table.table import Table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("k", pa.int32()),

@@ -15,11 +15,11 @@ import pytest
 
 import strata
 from strata import SchemaChange
+from strata.expressions.literals import bind
 from strata.io import page_index
 from strata.io.data_file_reader import ROW_POSITION, ColumnMapping, read_file
 from strata.io.page_index import PAGE_ROWS, file_pages, read_rows, selected_rows
 from strata.io.thrift_compact import decode_struct, encode_struct
-from strata.scan.predicate import bind
 
 ROWS = 20 * PAGE_ROWS
 

@@ -14,7 +14,7 @@ import pytest
 
 import strata
 from strata import SchemaChange, col
-from strata.scan.predicate import Predicate
+from strata.expressions import Predicate
 
 V0 = pa.schema([("id", pa.int64()), ("dt", pa.string()), ("a", pa.int32()), ("b", pa.string()),
                 ("c", pa.float32()), ("d", pa.decimal128(10, 2)), ("e", pa.string())])

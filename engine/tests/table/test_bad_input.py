@@ -17,7 +17,7 @@ from strata.errors import (
     StrataError,
     WriterClosedError,
 )
-from strata.operation.manifests import DECODED_MANIFESTS
+from strata.manifest.manifest_store import DECODED_MANIFESTS
 
 SCHEMA = pa.schema([("id", pa.int64()), ("dt", pa.string()), ("small", pa.int8()),
                     ("price", pa.decimal128(10, 2)), ("ts", pa.timestamp("us")), ("f", pa.float32()),

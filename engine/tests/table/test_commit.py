@@ -12,8 +12,8 @@ import pytest
 from table_helpers import rows, snapshot_ids
 
 from strata.errors import CommitConflictError, CommitFailedError
+from strata.manifest.commit_message import CommitMessage
 from strata.manifest.manifest_entry import FileKind
-from strata.table.commit_message import CommitMessage
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 

@@ -13,8 +13,9 @@ import pytest
 import strata
 from strata import col
 from strata.errors import CorruptDataError, FilterError, SchemaMismatchError
+from strata.expressions import BoundLeaf, Leaf, Predicate
+from strata.expressions.literals import bind
 from strata.io.data_file_reader import ColumnMapping, read_file
-from strata.scan.predicate import BoundLeaf, Leaf, Predicate, bind
 from strata.schema.table_schema import schema_from_arrow
 
 SCHEMA = pa.schema([

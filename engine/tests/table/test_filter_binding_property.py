@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 import strata
 from strata import col
 from strata.errors import FilterError
-from strata.scan.predicate import ColumnStats, Predicate, bind
+from strata.expressions import ColumnStats, Predicate
+from strata.expressions.literals import bind
 from strata.schema.table_schema import schema_from_arrow
 
 duckdb = pytest.importorskip("duckdb")

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import strata
-from strata.scan.predicate import ColumnStats, in_rows
+from strata.expressions import ColumnStats, in_rows
 
 INTS = st.one_of(st.none(), st.integers(-5, 5))
 TEXT = st.one_of(st.none(), st.sampled_from(["a", "b", "c", "ab"]))

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from strata import col
-from strata.scan.predicate import Predicate
+from strata.expressions import Predicate
 
 TABLE = pa.table({
     "i": pa.array([1, 2, None, 4, 5, -3], pa.int32()),

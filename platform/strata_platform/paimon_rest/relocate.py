@@ -32,7 +32,8 @@ def copy_tree(file_io: FileIO, source: str, target: str) -> int:
 def rename_table(catalog: Catalog, table: Table, target: Identifier) -> None:
     """Move `table` to `target` (same warehouse). Its Iceberg mirror names absolute paths, so it
     is written afresh at the new place."""
-    from strata.iceberg.sync import drop_mirror, enabled, publish_schema, sync_after_commit
+    from strata.iceberg.location import enabled
+    from strata.iceberg.sync import drop_mirror, publish_schema, sync_after_commit
 
     target_path: str = catalog.table_path(target)
     if catalog.file_io.list_status(target_path):
