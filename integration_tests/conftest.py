@@ -8,6 +8,7 @@ CI a service that cannot be brought up skips its tests; under CI=true that is a 
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -140,6 +141,23 @@ def catalog(tmp_path: Path) -> strata.FileSystemCatalog:
     assert isinstance(cat, strata.FileSystemCatalog)
     cat.create_database("db")
     return cat
+
+
+@pytest.fixture(scope="module")
+def rest_catalog(iceberg_rest: Service) -> strata.Catalog:
+    """The catalog the Iceberg REST service serves (its warehouse on MinIO), as the engine opens it."""
+    catalog: strata.Catalog = iceberg_rest.catalog()  # type: ignore[attr-defined]
+    return catalog
+
+
+@pytest.fixture(scope="module")
+def rest_database(rest_catalog: strata.Catalog, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database of the REST catalog for one module (named after it), dropped with its tables after it."""
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    name = f"{module}_{uuid.uuid4().hex[:8]}"
+    rest_catalog.create_database(name)
+    yield name
+    rest_catalog.drop_database(name, cascade=True)
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,6 @@ created is not in the Iceberg metadata (its snapshot ids are main's), and Trino 
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -19,21 +17,12 @@ pytestmark = [pytest.mark.trino, pytest.mark.minio, pytest.mark.e2e]
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 
 
-@pytest.fixture(scope="module")
-def database(iceberg_rest: Service) -> Iterator[tuple[Any, str]]:
-    catalog = iceberg_rest.catalog()
-    name = f"trino_refs_{uuid.uuid4().hex[:8]}"
-    catalog.create_database(name)
-    yield catalog, name
-    catalog.drop_database(name, cascade=True)
-
-
 def rows(trino: Service, sql: str) -> list[tuple[Any, ...]]:
     return sorted(tuple(r) for r in trino.query(sql))
 
 
-def test_tags_and_unwritten_branches_are_iceberg_refs(trino: Service, database: tuple[Any, str]) -> None:
-    catalog, db = database
+def test_tags_and_unwritten_branches_are_iceberg_refs(trino: Service, rest_catalog: Any, rest_database: str) -> None:
+    catalog, db = rest_catalog, rest_database
     table = catalog.create_table(f"{db}.t", SCHEMA, options={"metadata.iceberg.storage": "rest-catalog"})
     table.write(pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=SCHEMA))
     table.create_tag("t1")

@@ -23,7 +23,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
 from pathlib import Path
@@ -36,19 +36,6 @@ import strata
 from strata_platform.services.base import Service
 
 pytestmark = [pytest.mark.trino, pytest.mark.minio, pytest.mark.e2e]
-
-
-@pytest.fixture(scope="module")
-def catalog(iceberg_rest: Service) -> Any:
-    return iceberg_rest.catalog()  # type: ignore[attr-defined]
-
-
-@pytest.fixture(scope="module")
-def database(catalog: Any) -> Iterator[str]:
-    name = f"trino_{uuid.uuid4().hex[:8]}"
-    catalog.create_database(name)
-    yield name
-    catalog.drop_database(name, cascade=True)
 
 
 def query(trino: Service, sql: str) -> list[list[Any]]:
@@ -66,15 +53,15 @@ def trino_rows(trino: Service, sql: str) -> list[tuple[Any, ...]]:
 
 
 # -- the catalog ------------------------------------------------------------------------------------------
-def test_strata_catalog_lists_the_databases(trino: Service, iceberg_rest: Service, database: str) -> None:
+def test_strata_catalog_lists_the_databases(trino: Service, iceberg_rest: Service, rest_database: str) -> None:
     assert "strata" in {row[0] for row in query(trino, "SHOW CATALOGS")}
     schemas = {row[0] for row in query(trino, "SHOW SCHEMAS FROM strata")}
-    assert database in schemas
-    assert query(trino, f"SHOW TABLES FROM strata.{database}") == []
+    assert rest_database in schemas
+    assert query(trino, f"SHOW TABLES FROM strata.{rest_database}") == []
 
 
-def test_hand_written_metadata_of_an_empty_table(trino: Service, catalog: Any, database: str) -> None:
-    table = catalog.create_table(f"{database}.empty", pa.schema([("id", pa.int64()), ("name", pa.string())]))
+def test_hand_written_metadata_of_an_empty_table(trino: Service, rest_catalog: Any, rest_database: str) -> None:
+    table = rest_catalog.create_table(f"{rest_database}.empty", pa.schema([("id", pa.int64()), ("name", pa.string())]))
     metadata = {
         "format-version": 2, "table-uuid": str(uuid.uuid4()), "location": table.path, "last-sequence-number": 0,
         "last-updated-ms": int(time.time() * 1000), "last-column-id": 2,
@@ -88,17 +75,17 @@ def test_hand_written_metadata_of_an_empty_table(trino: Service, catalog: Any, d
     }
     table.file_io.write_bytes(f"{table.path}/metadata/v1.metadata.json", json.dumps(metadata).encode())
     table.file_io.write_bytes(f"{table.path}/metadata/version-hint.text", b"1")
-    assert ["empty"] in query(trino, f"SHOW TABLES FROM strata.{database}")
-    assert query(trino, f"SELECT * FROM strata.{database}.empty") == []
-    assert [row[:2] for row in query(trino, f"DESCRIBE strata.{database}.empty")] == [
+    assert ["empty"] in query(trino, f"SHOW TABLES FROM strata.{rest_database}")
+    assert query(trino, f"SELECT * FROM strata.{rest_database}.empty") == []
+    assert [row[:2] for row in query(trino, f"DESCRIBE strata.{rest_database}.empty")] == [
         ["id", "bigint"], ["name", "varchar"]]
 
 
-def test_a_table_without_iceberg_metadata_is_not_there(trino: Service, catalog: Any, database: str) -> None:
-    catalog.create_table(f"{database}.paimon_only", pa.schema([("id", pa.int64())]))
-    assert ["paimon_only"] not in query(trino, f"SHOW TABLES FROM strata.{database}")
+def test_a_table_without_iceberg_metadata_is_not_there(trino: Service, rest_catalog: Any, rest_database: str) -> None:
+    rest_catalog.create_table(f"{rest_database}.paimon_only", pa.schema([("id", pa.int64())]))
+    assert ["paimon_only"] not in query(trino, f"SHOW TABLES FROM strata.{rest_database}")
     with pytest.raises(Exception, match="does not exist"):
-        query(trino, f"SELECT * FROM strata.{database}.paimon_only")
+        query(trino, f"SELECT * FROM strata.{rest_database}.paimon_only")
 
 
 # -- tables the engine writes ---------------------------------------------------------------------------------
@@ -128,36 +115,36 @@ def orders(ids: range, day: str) -> pa.Table:
     }, schema=ORDERS)
 
 
-def test_partitioned_append_table(trino: Service, catalog: Any, database: str) -> None:
-    table = catalog.create_table(f"{database}.orders", ORDERS, partition_keys=["day"],
+def test_partitioned_append_table(trino: Service, rest_catalog: Any, rest_database: str) -> None:
+    table = rest_catalog.create_table(f"{rest_database}.orders", ORDERS, partition_keys=["day"],
                                  options={"metadata.iceberg.storage": "rest-catalog"})
-    name = f"strata.{database}.orders"
+    name = f"strata.{rest_database}.orders"
     table.write(orders(range(0, 300), "2025-01-01"))
     first = table.latest_snapshot().id
     assert trino_rows(trino, f"SELECT * FROM {name}") == strata_rows(table)
     # each commit is visible at the next query: no restart, no cache to refresh
     table.write(pa.concat_tables([orders(range(300, 500), "2025-01-02"), orders(range(500, 550), "2025-01-03")]))
     table.write(orders(range(550, 600), "2025-01-01"))
-    table = catalog.get_table(f"{database}.orders")
+    table = rest_catalog.get_table(f"{rest_database}.orders")
     assert trino_rows(trino, f"SELECT * FROM {name}") == strata_rows(table)
     assert query(trino, f"SELECT count(*), sum(qty), sum(price) FROM {name}") == [
         [600, sum(i % 7 for i in range(600)), sum(Decimal(i) / 4 for i in range(600))]]
     # the partition column filters, and the partitions are Iceberg partitions
     assert trino_rows(trino, f"SELECT id FROM {name} WHERE day = '2025-01-01'") == sorted(
         (i,) for i in [*range(300), *range(550, 600)])
-    partitions = query(trino, f'SELECT partition.day, record_count FROM strata.{database}."orders$partitions"')
+    partitions = query(trino, f'SELECT partition.day, record_count FROM strata.{rest_database}."orders$partitions"')
     assert sorted(partitions) == [["2025-01-01", 350], ["2025-01-02", 200], ["2025-01-03", 50]]
     # time travel: Iceberg snapshot ids are Strata's
     assert trino_rows(trino, f"SELECT * FROM {name} FOR VERSION AS OF BIGINT '{first}'") == strata_rows(
         table, snapshot_id=first)
 
 
-def test_primary_key_table_with_deletion_vectors(trino: Service, catalog: Any, database: str) -> None:
+def test_primary_key_table_with_deletion_vectors(trino: Service, rest_catalog: Any, rest_database: str) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string()), ("score", pa.int32())])
-    table = catalog.create_table(f"{database}.users", schema, primary_keys=["id"], options={
+    table = rest_catalog.create_table(f"{rest_database}.users", schema, primary_keys=["id"], options={
         "metadata.iceberg.storage": "rest-catalog", "bucket": "2",
         "deletion-vectors.enabled": "true", "deletion-vectors.bitmap64": "true"})
-    name = f"strata.{database}.users"
+    name = f"strata.{rest_database}.users"
 
     def rows(ids: list[int], suffix: str) -> pa.Table:
         return pa.table({"id": ids, "name": [f"{suffix}{i}" for i in ids],
@@ -168,28 +155,28 @@ def test_primary_key_table_with_deletion_vectors(trino: Service, catalog: Any, d
     table.write(rows(list(range(0, 200, 3)), "v2-"))  # upserts: the old rows are marked deleted
     table.delete(rows(list(range(1, 200, 10)), ""))
     table.write(rows(list(range(200, 220)), "v1-"))
-    table = catalog.get_table(f"{database}.users")
+    table = rest_catalog.get_table(f"{rest_database}.users")
     expected = strata_rows(table)
     assert len(expected) == 220 - len(range(1, 200, 10))
     assert trino_rows(trino, f"SELECT * FROM {name}") == expected
     assert query(trino, f"SELECT name FROM {name} WHERE id = 3") == [["v2-3"]]
     assert query(trino, f"SELECT count(*) FROM {name} WHERE id = 11") == [[0]]
     # what Trino reads: data files and position deletes published from the deletion vectors
-    contents = {row[0] for row in query(trino, f'SELECT content FROM strata.{database}."users$files"')}
+    contents = {row[0] for row in query(trino, f'SELECT content FROM strata.{rest_database}."users$files"')}
     assert contents == {0, 1}, contents  # 1: position deletes
 
 
-def test_the_catalog_is_read_only_for_trino(trino: Service, catalog: Any, database: str) -> None:
-    table = catalog.create_table(f"{database}.guarded", pa.schema([("id", pa.int64())]),
+def test_the_catalog_is_read_only_for_trino(trino: Service, rest_catalog: Any, rest_database: str) -> None:
+    table = rest_catalog.create_table(f"{rest_database}.guarded", pa.schema([("id", pa.int64())]),
                                  options={"metadata.iceberg.storage": "rest-catalog"})
     table.write(pa.table({"id": [1, 2]}))
-    for sql in (f"INSERT INTO strata.{database}.guarded VALUES 3",
-                f"DELETE FROM strata.{database}.guarded WHERE id = 1",
-                f"CREATE TABLE strata.{database}.other (id bigint)",
-                f"DROP TABLE strata.{database}.guarded"):
+    for sql in (f"INSERT INTO strata.{rest_database}.guarded VALUES 3",
+                f"DELETE FROM strata.{rest_database}.guarded WHERE id = 1",
+                f"CREATE TABLE strata.{rest_database}.other (id bigint)",
+                f"DROP TABLE strata.{rest_database}.guarded"):
         with pytest.raises(Exception, match="Access Denied"):
             query(trino, sql)
-    assert trino_rows(trino, f"SELECT * FROM strata.{database}.guarded") == [(1,), (2,)]
+    assert trino_rows(trino, f"SELECT * FROM strata.{rest_database}.guarded") == [(1,), (2,)]
 
 
 # -- the compatibility suite: table shapes Strata writes, read by Trino ------------------------------------
@@ -374,7 +361,7 @@ class Written:
 
 
 @pytest.fixture(scope="module")
-def written(catalog: Any, database: str) -> dict[str, Written]:
+def written(rest_catalog: Any, rest_database: str) -> dict[str, Written]:
     """The shapes written so far (each once; the tests that need one write it)."""
     return {}
 
@@ -479,9 +466,9 @@ def utc_literal(millis: int) -> str:
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[s.name for s in SHAPES])
-def test_trino_reads_the_shape_as_strata_does(shape: Shape, trino: Service, catalog: Any, database: str,
+def test_trino_reads_the_shape_as_strata_does(shape: Shape, trino: Service, rest_catalog: Any, rest_database: str,
                                              written: dict[str, Written]) -> None:
-    w = write_shape(shape, catalog, database, written)
+    w = write_shape(shape, rest_catalog, rest_database, written)
     table, name = w.table, w.name
     latest = table.to_arrow()
     assert latest.num_rows > 0
@@ -534,24 +521,24 @@ def test_trino_reads_the_shape_as_strata_does(shape: Shape, trino: Service, cata
 
 @pytest.mark.pyiceberg
 @pytest.mark.parametrize("shape_name", ["append_by_region_day", "pk_dv_deduplicate"])
-def test_pyiceberg_reads_shapes_through_the_rest_catalog(shape_name: str, iceberg_rest: Service, catalog: Any,
-                                                        database: str, written: dict[str, Written]) -> None:
+def test_pyiceberg_reads_shapes_through_the_rest_catalog(shape_name: str, iceberg_rest: Service, rest_catalog: Any,
+                                                        rest_database: str, written: dict[str, Written]) -> None:
     """pyiceberg, an independent Iceberg reader, loads the table from the REST catalog (not from a
     metadata file) and reads the same rows as Strata, and as Trino (the same shapes)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine" / "tests"))
     from pyiceberg_oracle import read_iceberg
 
     shape = next(s for s in SHAPES if s.name == shape_name)
-    w = write_shape(shape, catalog, database, written)
+    w = write_shape(shape, rest_catalog, rest_database, written)
     options = iceberg_rest.catalog_options()  # type: ignore[attr-defined]
     got, facts = read_iceberg(None, options, rest=iceberg_rest.url,  # type: ignore[attr-defined]
-                              identifier=f"{database}.{shape.name}")
+                              identifier=f"{rest_database}.{shape.name}")
     expected = w.table.to_arrow()
     assert got.column_names == expected.column_names
     assert arrow_rows(got) == arrow_rows(expected)
     assert facts["current"] == w.table.latest_snapshot().id
     then, _ = read_iceberg(None, options, rest=iceberg_rest.url,  # type: ignore[attr-defined]
-                           identifier=f"{database}.{shape.name}", snapshot_id=w.marked)
+                           identifier=f"{rest_database}.{shape.name}", snapshot_id=w.marked)
     assert arrow_rows(then) == arrow_rows(w.table.to_arrow(snapshot_id=w.marked))
 
 

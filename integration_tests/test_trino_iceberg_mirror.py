@@ -17,8 +17,6 @@ import datetime as dt
 import json
 import logging
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,19 +34,6 @@ from pyiceberg_oracle import read_iceberg
 pytestmark = [pytest.mark.trino, pytest.mark.minio, pytest.mark.e2e]
 ICEBERG_REST = {"metadata.iceberg.storage": "rest-catalog"}
 UTC = dt.UTC
-
-
-@pytest.fixture(scope="module")
-def catalog(iceberg_rest: Service) -> Any:
-    return iceberg_rest.catalog()  # type: ignore[attr-defined]
-
-
-@pytest.fixture(scope="module")
-def database(catalog: Any) -> Iterator[str]:
-    name = f"mirror_{uuid.uuid4().hex[:8]}"
-    catalog.create_database(name)
-    yield name
-    catalog.drop_database(name, cascade=True)
 
 
 def query(trino: Service, sql: str) -> list[list[Any]]:
@@ -124,10 +109,10 @@ def contains(values: list[Any] | None, x: Any) -> bool | None:
 
 
 @pytest.mark.pyiceberg
-def test_nested_types(trino: Service, iceberg_rest: Service, catalog: Any, database: str) -> None:
-    table = catalog.create_table(f"{database}.nested", NESTED, primary_keys=["id"],
+def test_nested_types(trino: Service, iceberg_rest: Service, rest_catalog: Any, rest_database: str) -> None:
+    table = rest_catalog.create_table(f"{rest_database}.nested", NESTED, primary_keys=["id"],
                                  options={**ICEBERG_REST, "bucket": "2", "deletion-vectors.enabled": "true"})
-    name = f"strata.{database}.nested"
+    name = f"strata.{rest_database}.nested"
     table.write(nested_rows(range(0, 40), 0))
     ids = {f["name"]: f["type"] for f in metadata_of(table)["schemas"][-1]["fields"]}
     table = table.rename_column("tags", "labels")
@@ -150,7 +135,7 @@ def test_nested_types(trino: Service, iceberg_rest: Service, catalog: Any, datab
         ["id", "bigint"], ["labels", "array(varchar)"], ["grid", "array(array(integer))"],
         ["scores", "map(varchar, integer)"], ["series", "map(integer, array(double))"], ["extra", "array(bigint)"]]
     assert rows_of(query(trino, f"SELECT * FROM {name}")) == arrow_rows(expected)
-    assert pyiceberg_rows(iceberg_rest, database, "nested") == arrow_rows(expected)
+    assert pyiceberg_rows(iceberg_rest, rest_database, "nested") == arrow_rows(expected)
     # Trino's collection functions on the mirrored columns, against the same computed from Strata's rows
     got = query(trino, f"SELECT id, contains(labels, 'x'), cardinality(labels), cardinality(grid), "
                        f"element_at(scores, 'k'), map_keys(series) FROM {name}")
@@ -169,11 +154,11 @@ def test_nested_types(trino: Service, iceberg_rest: Service, catalog: Any, datab
 
 
 @pytest.mark.pyiceberg
-def test_row_columns(trino: Service, iceberg_rest: Service, catalog: Any, database: str) -> None:
+def test_row_columns(trino: Service, iceberg_rest: Service, rest_catalog: Any, rest_database: str) -> None:
     row = pa.struct([("x", pa.int32()), ("inner", pa.struct([("s", pa.string()), ("l", pa.list_(pa.int64()))]))])
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("r", row), ("rs", pa.list_(row)),
                         ("m", pa.map_(pa.string(), row))])
-    table = catalog.create_table(f"{database}.rows", schema, options=ICEBERG_REST)
+    table = rest_catalog.create_table(f"{rest_database}.rows", schema, options=ICEBERG_REST)
     r = [{"x": 1, "inner": {"s": "a", "l": [1, None]}}, None, {"x": None, "inner": None},
          {"x": 4, "inner": {"s": None, "l": []}}]
     table.write(pa.table({"id": [1, 2, 3, 4], "r": r, "rs": [[r[0], None], None, [], [r[3], r[2]]],
@@ -183,7 +168,7 @@ def test_row_columns(trino: Service, iceberg_rest: Service, catalog: Any, databa
     fields = {f["name"]: f for f in metadata_of(table)["schemas"][-1]["fields"]}
     assert [(f["id"], f["name"]) for f in fields["rec"]["type"]["fields"]] == [(2, "x"), (3, "inner")]
     assert fields["rs"]["type"]["element"]["fields"][0]["id"] == 7  # Paimon's order: a column, then its fields
-    name = f"strata.{database}.rows"
+    name = f"strata.{rest_database}.rows"
     expected = table.to_arrow()
     assert rows_of(query(trino, f"SELECT * FROM {name}")) == arrow_rows(expected)
     # pyiceberg 0.12 reads a null list or map of structs as empty (Trino and Strata read it null)
@@ -191,7 +176,7 @@ def test_row_columns(trino: Service, iceberg_rest: Service, catalog: Any, databa
                                                            expected.schema.field("rs").type))
     empty_for_null = empty_for_null.set_column(3, "m", pa.array(
         [v or [] for v in expected.column("m").to_pylist()], expected.schema.field("m").type))
-    assert pyiceberg_rows(iceberg_rest, database, "rows") == arrow_rows(empty_for_null)
+    assert pyiceberg_rows(iceberg_rest, rest_database, "rows") == arrow_rows(empty_for_null)
     got = query(trino, f'SELECT id, rec.x, rec."inner".s, cardinality(rec."inner".l), rs[1].x FROM {name} '
                        f"WHERE cardinality(rs) > 0")
     def inner(v: dict[str, Any]) -> dict[str, Any]:
@@ -204,11 +189,11 @@ def test_row_columns(trino: Service, iceberg_rest: Service, catalog: Any, databa
 
 
 # -- a table from create_table on ------------------------------------------------------------------------
-def test_a_table_is_there_from_its_creation(trino: Service, catalog: Any, database: str) -> None:
+def test_a_table_is_there_from_its_creation(trino: Service, rest_catalog: Any, rest_database: str) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("tags", pa.list_(pa.string()))])
-    table = catalog.create_table(f"{database}.fresh", schema, options=ICEBERG_REST)
-    name = f"strata.{database}.fresh"
-    assert ["fresh"] in query(trino, f"SHOW TABLES FROM strata.{database}")
+    table = rest_catalog.create_table(f"{rest_database}.fresh", schema, options=ICEBERG_REST)
+    name = f"strata.{rest_database}.fresh"
+    assert ["fresh"] in query(trino, f"SHOW TABLES FROM strata.{rest_database}")
     assert query(trino, f"SELECT * FROM {name}") == []
     assert [r[:2] for r in query(trino, f"DESCRIBE {name}")] == [["id", "bigint"], ["tags", "array(varchar)"]]
     assert metadata_of(table)["current-snapshot-id"] == -1
@@ -219,27 +204,27 @@ def test_a_table_is_there_from_its_creation(trino: Service, catalog: Any, databa
     # the first snapshot's metadata replaced the schema-only file, same table uuid
     listing = [s.path.rsplit("/", 1)[-1] for s in table.file_io.list_status(f"{table.path}/metadata")]
     assert "v0.metadata.json" not in listing and "v1.metadata.json" in listing
-    catalog.drop_table(f"{database}.fresh")
-    assert ["fresh"] not in query(trino, f"SHOW TABLES FROM strata.{database}")
+    rest_catalog.drop_table(f"{rest_database}.fresh")
+    assert ["fresh"] not in query(trino, f"SHOW TABLES FROM strata.{rest_database}")
     with pytest.raises(Exception, match="does not exist"):
         query(trino, f"SELECT * FROM {name}")
 
 
-def test_unexportable_types_are_refused_at_creation(catalog: Any, database: str) -> None:
+def test_unexportable_types_are_refused_at_creation(rest_catalog: Any, rest_database: str) -> None:
     schema = pa.schema([("id", pa.int64()), ("at", pa.time32("ms"))])
     with pytest.raises(ValueError, match=r"column 'at' of type TIME\(3\)"):
-        catalog.create_table(f"{database}.timed", schema, options=ICEBERG_REST)
-    table = catalog.create_table(f"{database}.timed", schema)
+        rest_catalog.create_table(f"{rest_database}.timed", schema, options=ICEBERG_REST)
+    table = rest_catalog.create_table(f"{rest_database}.timed", schema)
     with pytest.raises(ValueError, match=r"column 'at' of type TIME\(3\)"):
         table.set_options(**ICEBERG_REST)
 
 
 # -- millisecond timestamps ------------------------------------------------------------------------------
 @pytest.mark.pyiceberg
-def test_millisecond_timestamps(trino: Service, iceberg_rest: Service, catalog: Any, database: str) -> None:
+def test_millisecond_timestamps(trino: Service, iceberg_rest: Service, rest_catalog: Any, rest_database: str) -> None:
     schema = pa.schema([("id", pa.int64()), ("ts3", pa.timestamp("ms")), ("tz3", pa.timestamp("ms", tz="UTC")),
                         ("tz3s", pa.list_(pa.timestamp("ms", tz="UTC")))])
-    table = catalog.create_table(f"{database}.millis", schema, options=ICEBERG_REST)
+    table = rest_catalog.create_table(f"{rest_database}.millis", schema, options=ICEBERG_REST)
     base = dt.datetime(1969, 12, 31, 23, 59, 58, 999000)
     n = 30
     table.write(pa.table({
@@ -250,24 +235,24 @@ def test_millisecond_timestamps(trino: Service, iceberg_rest: Service, catalog: 
         "tz3s": [None if i % 5 == 2 else [(base + dt.timedelta(milliseconds=i)).replace(tzinfo=UTC), None]
                  for i in range(n)]}, schema=schema))
     expected = arrow_rows(table.to_arrow())
-    assert rows_of(query(trino, f"SELECT * FROM strata.{database}.millis")) == expected
-    assert pyiceberg_rows(iceberg_rest, database, "millis") == expected
+    assert rows_of(query(trino, f"SELECT * FROM strata.{rest_database}.millis")) == expected
+    assert pyiceberg_rows(iceberg_rest, rest_database, "millis") == expected
     # filters on the millisecond columns (Iceberg bounds in micros) select what Strata does
     strata_rows = table.to_arrow().to_pylist()
     instant, local = dt.datetime(1970, 1, 1, 10, tzinfo=UTC), dt.datetime(1970, 1, 10)
-    got = query(trino, f"SELECT id FROM strata.{database}.millis WHERE tz3 < TIMESTAMP '1970-01-01 10:00:00 UTC'")
+    got = query(trino, f"SELECT id FROM strata.{rest_database}.millis WHERE tz3 < TIMESTAMP '1970-01-01 10:00:00 UTC'")
     assert sorted(r[0] for r in got) == sorted(r["id"] for r in strata_rows if (r["tz3"] or instant) < instant)
-    got = query(trino, f"SELECT id FROM strata.{database}.millis WHERE ts3 >= TIMESTAMP '1970-01-10 00:00:00'")
+    got = query(trino, f"SELECT id FROM strata.{rest_database}.millis WHERE ts3 >= TIMESTAMP '1970-01-10 00:00:00'")
     assert sorted(r[0] for r in got) == sorted(r["id"] for r in strata_rows if r["ts3"] and r["ts3"] >= local)
 
 
 # -- expiry on MinIO -------------------------------------------------------------------------------------
-def test_expiry_leaves_no_failure_and_no_orphan(trino: Service, catalog: Any, database: str,
+def test_expiry_leaves_no_failure_and_no_orphan(trino: Service, rest_catalog: Any, rest_database: str,
                                                 caplog: pytest.LogCaptureFixture) -> None:
     """An append table with deletion vectors: appends carry manifests forward, each delete_where
     rewrites them with position-delete files, and expiry drops all but 2 snapshots every commit."""
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
-    table = catalog.create_table(f"{database}.expiring", schema, options={
+    table = rest_catalog.create_table(f"{rest_database}.expiring", schema, options={
         **ICEBERG_REST, "deletion-vectors.enabled": "true",
         "snapshot.num-retained.min": "1", "snapshot.num-retained.max": "2"})
     caplog.set_level(logging.WARNING, logger="strata")
@@ -276,7 +261,7 @@ def test_expiry_leaves_no_failure_and_no_orphan(trino: Service, catalog: Any, da
         if i % 9 == 8:
             table.delete_where(strata.col("id") == i - 3)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
-    table = catalog.get_table(f"{database}.expiring")
+    table = rest_catalog.get_table(f"{rest_database}.expiring")
     assert len(table.snapshots()) <= 2
     # the metadata directory holds exactly what the kept Iceberg snapshots reach
     metadata = metadata_of(table)
@@ -292,4 +277,4 @@ def test_expiry_leaves_no_failure_and_no_orphan(trino: Service, catalog: Any, da
     reachable |= {s["statistics-path"].rsplit("/", 1)[-1] for s in metadata.get("statistics", [])}
     listing = {s.path.rsplit("/", 1)[-1] for s in table.file_io.list_status(f"{table.path}/metadata")}
     assert listing == reachable
-    assert rows_of(query(trino, f"SELECT * FROM strata.{database}.expiring")) == arrow_rows(table.to_arrow())
+    assert rows_of(query(trino, f"SELECT * FROM strata.{rest_database}.expiring")) == arrow_rows(table.to_arrow())

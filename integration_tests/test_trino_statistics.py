@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -34,19 +33,6 @@ pytestmark = [pytest.mark.trino, pytest.mark.minio, pytest.mark.e2e]
 ICEBERG = {"metadata.iceberg.storage": "rest-catalog", "metadata.iceberg.statistics": "manual"}
 
 
-@pytest.fixture(scope="module")
-def catalog(iceberg_rest: Service) -> Any:
-    return iceberg_rest.catalog()
-
-
-@pytest.fixture(scope="module")
-def database(catalog: Any) -> Iterator[str]:
-    name = f"trino_stats_{uuid.uuid4().hex[:8]}"
-    catalog.create_database(name)
-    yield name
-    catalog.drop_database(name, cascade=True)
-
-
 def query(trino: Service, sql: str, **session: Any) -> list[list[Any]]:
     rows: list[list[Any]] = trino.query(sql, **session)  # type: ignore[attr-defined]
     return rows
@@ -61,7 +47,7 @@ def publish_statistics(table: Any) -> None:
 
 # -- SHOW STATS ------------------------------------------------------------------------------------------
 
-def test_show_stats_distinct_counts_within_five_percent(trino: Service, catalog: Any, database: str) -> None:
+def test_show_stats_distinct_counts_within_five_percent(trino: Service, rest_catalog: Any, rest_database: str) -> None:
     n = 200_000
     i = np.arange(n, dtype=np.int64)
     rng = np.random.default_rng(25)
@@ -70,9 +56,9 @@ def test_show_stats_distinct_counts_within_five_percent(trino: Service, catalog:
         "price": np.round(rng.random(n) * 1000, 2),
         "city": pc.binary_join_element_wise("city-", pa.array(rng.integers(0, 9000, n)).cast(pa.string()), ""),
         "day": pa.array((i % 700 + 19_000).astype(np.int32)).view(pa.date32())})
-    table = catalog.create_table(f"{database}.facts", data.schema, options=ICEBERG)
+    table = rest_catalog.create_table(f"{rest_database}.facts", data.schema, options=ICEBERG)
     table.write(data)
-    name = f"strata.{database}.facts"
+    name = f"strata.{rest_database}.facts"
     before = {row[0]: row[2] for row in query(trino, f"SHOW STATS FOR {name}")}
     assert before["id"] is None, "no distinct counts before statistics are published"
     publish_statistics(table)
@@ -118,25 +104,25 @@ def join_order(trino: Service, catalog: str, schema: str, **session: Any) -> lis
     return out
 
 
-def test_join_order_matches_trino_written_tables(trino: Service, catalog: Any, database: str) -> None:
+def test_join_order_matches_trino_written_tables(trino: Service, rest_catalog: Any, rest_database: str) -> None:
     catalogs = {row[0] for row in query(trino, "SHOW CATALOGS")}
     assert "native" in catalogs, "Trino's own Iceberg catalog (native) is missing from the trino service"
     for name, data in join_data().items():
-        table = catalog.create_table(f"{database}.{name}", data.schema, options=ICEBERG)
+        table = rest_catalog.create_table(f"{rest_database}.{name}", data.schema, options=ICEBERG)
         table.write(data)
     native = f"stats_{uuid.uuid4().hex[:8]}"
     query(trino, f"CREATE SCHEMA native.{native}")
     try:
         for name in join_data():  # Trino's writer collects its NDV sketches itself
-            query(trino, f"CREATE TABLE native.{native}.{name} AS SELECT * FROM strata.{database}.{name}")
-        blind = join_order(trino, "strata", database)
+            query(trino, f"CREATE TABLE native.{native}.{name} AS SELECT * FROM strata.{rest_database}.{name}")
+        blind = join_order(trino, "strata", rest_database)
         for name in join_data():
-            publish_statistics(catalog.get_table(f"{database}.{name}"))
-        strata_plan = join_order(trino, "strata", database)
+            publish_statistics(rest_catalog.get_table(f"{rest_database}.{name}"))
+        strata_plan = join_order(trino, "strata", rest_database)
         native_plan = join_order(trino, "native", native)
         assert strata_plan == native_plan
         assert blind != strata_plan, "the statistics should change the plan of this query"
-        assert query(trino, JOIN.format(c="strata", s=database)) == query(trino, JOIN.format(c="native", s=native))
+        assert query(trino, JOIN.format(c="strata", s=rest_database)) == query(trino, JOIN.format(c="native", s=native))
     finally:
         for name in join_data():
             query(trino, f"DROP TABLE IF EXISTS native.{native}.{name}")
@@ -145,9 +131,10 @@ def test_join_order_matches_trino_written_tables(trino: Service, catalog: Any, d
 
 # -- position-delete layout -----------------------------------------------------------------------------------
 
-def test_position_deletes_one_file_per_data_file_with_bounds(trino: Service, catalog: Any, database: str) -> None:
+def test_position_deletes_one_file_per_data_file_with_bounds(trino: Service, rest_catalog: Any,
+                                                              rest_database: str) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int64())])
-    table = catalog.create_table(f"{database}.marked", schema, primary_keys=["id"], options={
+    table = rest_catalog.create_table(f"{rest_database}.marked", schema, primary_keys=["id"], options={
         **ICEBERG, "bucket": "2", "deletion-vectors.enabled": "true"})
     ids = np.arange(20_000, dtype=np.int64)
     table.write(pa.table({"id": ids, "v": ids}, schema=schema))
@@ -155,7 +142,7 @@ def test_position_deletes_one_file_per_data_file_with_bounds(trino: Service, cat
     table.write(pa.table({"id": ids[::7], "v": -ids[::7]}, schema=schema))  # upserts mark old rows
     strata_rows = table.to_arrow()
     expected = sorted(zip(*(strata_rows.column(c).to_pylist() for c in ("id", "v")), strict=True))
-    got = sorted(tuple(r) for r in query(trino, f"SELECT id, v FROM strata.{database}.marked"))
+    got = sorted(tuple(r) for r in query(trino, f"SELECT id, v FROM strata.{rest_database}.marked"))
     assert got == expected
     location = latest_metadata_location(table)
     assert location is not None
