@@ -19,7 +19,6 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,8 +31,7 @@ from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
 from strata.io.paths import PathFactory
 from strata.manifest.commit_message import CommitMessage
 from strata.manifest.data_file_meta import DataFileMeta
-from strata.manifest.index_manifest import IndexManifestEntry
-from strata.operation.append_compact import DeletionState, compaction_index_changes
+from strata.operation.append_compact import AppendCompactTask, DeletionState, compaction_index_changes
 from strata.operation.commit import CommitResult
 from strata.operation.committer import NewCommit
 from strata.operation.zorder import check_zorder_type, zorder_sort_indices
@@ -46,17 +44,9 @@ ZORDER = "zorder"
 SORT_STRATEGIES = (ORDER, ZORDER)
 
 
-@dataclass
-class SortCompactTask:
-    """All live files of one partition (bucket-0 of an unaware-bucket table)."""
-
-    partition: bytes
-    bucket: int
-    total_buckets: int
-    files: list[DataFileMeta]
-    # deletion vectors as of the planning snapshot: the files' vectors, the partition's index files
-    deletion_files: dict[str, DeletionFile] = field(default_factory=dict)
-    index_entries: list[IndexManifestEntry] = field(default_factory=list)
+class SortCompactTask(AppendCompactTask):
+    """All live files of one partition (bucket-0 of an unaware-bucket table), with their deletion
+    vectors and the partition's index files as of the planning snapshot."""
 
 
 def sort_compact(table: FileStore | HasStore, columns: Sequence[str], new_commit: NewCommit, strategy: str = ORDER,
