@@ -143,7 +143,14 @@ def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predica
         raise
     except (pa.ArrowException, OSError) as exc:
         # Arrow's messages do not say which file: name it, or nobody can repair the table
+        if _is_storage_failure(exc):  # the store failed to answer: the file may be fine, a retry may read it
+            raise OSError(f"reading data file {path} failed: {exc}") from exc
         raise CorruptDataError(f"data file {path} is unreadable: {exc}") from None
+
+
+def _is_storage_failure(exc: BaseException) -> bool:
+    """A request that failed (S3's errors, a system call's errno), not a file that is damaged."""
+    return isinstance(exc, OSError) and (exc.errno is not None or "AWS Error" in str(exc))
 
 
 class _ParquetFile(pq.ParquetFile):

@@ -188,3 +188,20 @@ def test_a_filter_fault_in_the_file_reader_is_not_corrupt_data(tmp_path) -> None
         broken.truncate(40)
     with pytest.raises(CorruptDataError, match="unreadable"):
         list(read_file(table.file_io, path, mapping))
+
+
+def test_a_store_that_does_not_answer_is_not_corrupt_data(tmp_path) -> None:
+    """A read the object store failed to answer stays an OSError naming the file (a retry may read
+    it); only a damaged file is CorruptDataError."""
+    from strata.fs.s3 import S3FileIO
+
+    catalog = strata.load_catalog(str(tmp_path))
+    catalog.create_database("db")
+    table = catalog.create_table("db.log", SCHEMA)
+    mapping = ColumnMapping(table.schema, table.schema, ["id", "name"])
+    closed = S3FileIO({"s3.endpoint": "http://127.0.0.1:9", "s3.access-key": "k", "s3.secret-key": "s",
+                       "s3.region": "us-east-1", "s3.max-attempts": "1"})
+    path = "s3://nobucket/db.db/log/bucket-0/data-0.parquet"
+    with pytest.raises(OSError, match=r"data-0\.parquet") as failure:
+        list(read_file(closed, path, mapping))
+    assert not isinstance(failure.value, CorruptDataError)
