@@ -89,8 +89,11 @@ class FileStoreCommit:
         self.paths = PathFactory(table_path)
         self.publish = publish or (lambda manager, snap: manager.publish(snap))
         self.key_order = key_decoder(schema) if schema.primary_keys else None
-        # append tables with deletion vectors: each data file's vector is checked at commit
-        self.append_vectors = not schema.primary_keys and bool(self.core.get("deletion-vectors.enabled"))
+        # tables with deletion vectors: each data file's vector is checked at commit (primary-key
+        # tables too: a writer's compaction marks rows of files a concurrent compaction may rewrite)
+        self.deletion_vectors = bool(self.core.get("deletion-vectors.enabled"))
+        # append tables carry deletion-vector changes in APPEND snapshots too (deletes by predicate)
+        self.append_vectors = not schema.primary_keys and self.deletion_vectors
         self.metric_table = metrics.table_label(table_path)  # the `table` label; TableCommit gives db.table
         self._attempt_index_manifest: str | None = None  # written by the current attempt
         self._user_scan: tuple[int, int | None] = (0, None)  # (walked up to, last identifier found)
@@ -345,7 +348,7 @@ class FileStoreCommit:
             if change.overwrite_partitions is not None:
                 entries = self._overwrite_entries(live, change)
             check_conflicts(live, entries, self.key_order, self.table_path)
-            if self.append_vectors and change.overwrite_partitions is None:
+            if self.deletion_vectors and change.overwrite_partitions is None:
                 live_index = self.manifests.read_index_manifest(latest.index_manifest if latest else None)
                 check_deletion_vector_conflicts(live, live_index, entries, change.index, self.table_path)
         self._attempt_entries = entries  # what the snapshot adds and deletes, for the metrics

@@ -64,8 +64,10 @@ def apply_index_changes(live: Sequence[IndexManifestEntry], changes: Sequence[In
     must name a live file. With `whole_bucket` (bucketed tables), ADDs for a bucket must replace
     every file of it that was live: a writer rewrites all the deletion vectors of its bucket, so a
     file it did not delete was added by another writer since, whose deletes committing would lose.
-    Tables without buckets rewrite only some index files of a partition; their data files' vectors
-    are checked one by one (check_deletion_vector_conflicts)."""
+    Tables without buckets rewrite only some index files of a partition. Either way each data file's
+    vector is checked as well (check_deletion_vector_conflicts): a bucket without an index file
+    when a writer read it replaces none, so this check alone misses a concurrent rewrite of the
+    data files its new vectors mark."""
     state = {e.file_name: e for e in live}
     for entry in changes:
         if entry.kind == FileKind.DELETE and state.pop(entry.file_name, None) is None:
@@ -88,12 +90,13 @@ def apply_index_changes(live: Sequence[IndexManifestEntry], changes: Sequence[In
 def check_deletion_vector_conflicts(live: Sequence[ManifestEntry], live_index: Sequence[IndexManifestEntry],
                                     entries: Sequence[ManifestEntry], index_changes: Sequence[IndexManifestEntry],
                                     where: str) -> None:
-    """Append tables with deletion vectors (Paimon's ConflictDetection with deletion vectors): a
-    data file's vector is part of its identity. A commit that rewrites the vector of a data file
+    """Tables with deletion vectors (Paimon's ConflictDetection with deletion vectors): a data
+    file's vector is part of its identity. A commit that rewrites the vector of a data file
     must have read the vector that is live now; one that gives a file its first vector must find it
     still without one, and the file still live; a compaction that removes a data file must drop the
     vector that is live now (none if it read none). Otherwise a concurrent delete or compaction
-    changed the file meanwhile, and committing would lose deleted rows or resurrect them."""
+    changed the file meanwhile, and committing would lose deleted rows or resurrect them (for a
+    primary-key table: two live versions of a key, which an aggregation counts twice)."""
     base = _vector_files(live_index)
     removed = _vector_files(e for e in index_changes if e.kind == FileKind.DELETE)
     added = _vector_files(e for e in index_changes if e.kind == FileKind.ADD)
