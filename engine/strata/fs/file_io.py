@@ -17,7 +17,7 @@ import random
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -90,6 +90,11 @@ class FileIO(ABC):
     def is_object_store(self) -> bool:
         return False
 
+    def exclusive_lock(self, path: str) -> contextlib.AbstractContextManager[object] | None:
+        """An exclusive lock on a lock file, held by one caller at a time across threads and
+        processes of this machine; None where the store has none (object stores: a catalog lock)."""
+        return None
+
     def file_size(self, path: str) -> int:
         info = self.arrow_fs()[0].get_file_info(self.arrow_path(path))
         if info.type == pafs.FileType.NotFound:
@@ -142,6 +147,21 @@ class LocalFileIO(FileIO):
 
     def exists(self, path: str) -> bool:
         return os.path.exists(strip_scheme(path))
+
+    @contextlib.contextmanager
+    def exclusive_lock(self, path: str) -> Iterator[object]:
+        """flock(2) on `path` (created if absent): each call opens the file anew, so threads of one
+        process exclude each other as processes do."""
+        import fcntl
+
+        target = strip_scheme(path)
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        with open(target, "a+b") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield handle
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -184,16 +184,13 @@ class BranchManager:
                      lock: Callable[[], contextlib.AbstractContextManager[object]] | None = None) -> int:
         """Make the current branch (main) what branch `name` is; returns its new latest snapshot id.
 
-        `lock` is the table's commit lock when the catalog has one. When it excludes every publish
-        (it returns a real lock, not a ``nullcontext``: the catalog publishes under a lock), this is
-        Paimon's fast-forward: the branch's snapshots, schemas and tags replace main's from the
-        branch's first snapshot on, main's later snapshots go. Without such a lock main's committers
-        publish snapshot-N create-if-absent at any time, so only what cannot race them is done: the
-        branch must be ahead of main, its schemas are main's or new ones (created first), its
-        snapshots past main's latest are claimed create-if-absent newest first (a committer sees
-        them only once the first of them is claimed, and then all of them), and only snapshots no
-        committer can publish any more (main's latest and below) are replaced. A commit that raced
-        ahead makes it fail with CommitConflictError, main unchanged."""
+        `lock` is what excludes every publish of main's snapshots: the catalog's table lock, or on
+        local disk the lock every publish holds. Under it this is Paimon's fast-forward: the
+        branch's snapshots, schemas and tags replace main's from the branch's first snapshot on,
+        main's later snapshots go, and a committer that built on a replaced snapshot retries.
+        Without one (``None`` or a ``nullcontext``: an object store's conditional PUT, where
+        committers take no lock) replacing snapshots would race them, so it is refused with
+        CommitConflictError, main unchanged."""
         if is_main(name):
             raise ValueError(f"Branch name '{MAIN_BRANCH}' do not use in fast-forward.")
         if name == self.current:
@@ -208,66 +205,20 @@ class BranchManager:
         main = SnapshotManager(self.file_io, self._source())
         expected_latest = main.latest_id()
         held = lock() if lock is not None else contextlib.nullcontext()
+        if isinstance(held, contextlib.nullcontext):
+            raise CommitConflictError(
+                f"fast-forward of branch '{name}' in {self.table_path} needs the table's commit lock: main's "
+                "committers publish here without one (an object store's conditional PUT), and replacing main's "
+                "snapshots could race them; main is unchanged: retry through a catalog whose commits take the "
+                "table lock (metastore=jdbc)")
         with held:
             if main.latest_id() != expected_latest:
                 raise CommitConflictError(
                     f"fast-forward of branch '{name}' in {self.table_path} conflicts with a commit to "
                     f"main (latest snapshot moved from {expected_latest} to {main.latest_id()}); retry")
             first = branch_snapshots.snapshot(earliest)
-            if not isinstance(held, contextlib.nullcontext):
-                self._replace_main(name, source, first, expected_latest)
-            else:
-                self._advance_main(name, source, first, expected_latest)
+            self._replace_main(name, source, first, expected_latest)
         return latest
-
-    def _advance_main(self, name: str, source: str, first: Snapshot, main_latest: int | None) -> None:
-        """Fast-forward without a lock that excludes main's committers (see ``fast_forward``)."""
-        io, root = self.file_io, self._source()
-        branch_files = _names(io, f"{source}/snapshot", _SNAPSHOT_FILE)
-        new_latest = max(branch_files)
-        if main_latest is not None and new_latest <= main_latest:
-            raise CommitConflictError(
-                f"fast-forward of branch '{name}' in {self.table_path}: the branch (latest snapshot {new_latest}) "
-                f"is not ahead of main (latest snapshot {main_latest}), so main's snapshots past {new_latest} would "
-                "be deleted while main's committers, which take no lock in this table's publish mode, may be "
-                "publishing; main is unchanged: retry once the branch is ahead, or fast-forward through a "
-                "catalog whose commits take the table lock")
-        self._add_schemas(name, source, first.schema_id)
-        claimed = sorted((i for i in branch_files if main_latest is None or i > main_latest), reverse=True)
-        published: list[int] = []
-        for sid in claimed:  # newest first: the claims show only once the lowest one is in
-            if not io.write_new(f"{root}/snapshot/snapshot-{sid}", io.read_bytes(branch_files[sid])):
-                for done in sorted(published):  # lowest first: a reader probing forward stops at once
-                    io.delete(f"{root}/snapshot/snapshot-{done}")
-                raise CommitConflictError(
-                    f"fast-forward of branch '{name}' in {root}: snapshot {sid} of main was committed "
-                    "concurrently; main is unchanged, retry")
-            published.append(sid)
-        for sid in sorted((i for i in branch_files if i not in claimed), reverse=True):
-            _copy(io, branch_files[sid], f"{root}/snapshot/snapshot-{sid}")  # ids no committer publishes now
-        main = SnapshotManager(io, root)
-        if (main._hint("LATEST") or 0) < new_latest:
-            main.commit_hints(new_latest)
-        self._replace_tags(source, first.id)
-
-    def _add_schemas(self, name: str, source: str, first_schema: int) -> None:
-        """The branch's schemas from `first_schema` on, into main, before any snapshot that uses
-        them is visible: each is main's own already or is created (create-if-absent). A schema main
-        changed since the branch was made is a conflict: replacing it needs the lock."""
-        io, root = self.file_io, self._source()
-        branch_schemas = {i: p for i, p in _names(io, f"{source}/schema", _SCHEMA_FILE).items() if i >= first_schema}
-        main_schemas = _names(io, f"{root}/schema", _SCHEMA_FILE)
-        extra = [i for i in main_schemas if i >= first_schema and i not in branch_schemas]
-        wanted = {i: io.read_bytes(p) for i, p in branch_schemas.items()}
-        changed = [i for i in wanted if i in main_schemas and io.read_bytes(main_schemas[i]) != wanted[i]]
-        for schema_id in sorted(set(wanted) - set(main_schemas)):
-            target = f"{root}/schema/schema-{schema_id}"
-            if not io.write_new(target, wanted[schema_id]) and io.read_bytes(target) != wanted[schema_id]:
-                changed.append(schema_id)  # a schema change of main's won the id meanwhile
-        if extra or changed:
-            raise CommitConflictError(
-                f"fast-forward of branch '{name}' in {self.table_path}: main's schema(s) {sorted({*extra, *changed})} "
-                "changed since the branch was made; replacing them needs the table's commit lock")
 
     def _replace_main(self, name: str, source: str, first: Snapshot, main_latest: int | None) -> None:
         """Paimon's fast-forward, under a lock that excludes every publish to main: schemas first

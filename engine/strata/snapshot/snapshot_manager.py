@@ -9,6 +9,7 @@ write itself through: that one is ambiguous (the PUT may have landed and lost it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from strata.snapshot.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
+PUBLISH_LOCK = ".publish.lock"  # not a snapshot-N name: Paimon's readers and our listings skip it
 _SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)$")
 
 
@@ -124,16 +126,23 @@ class SnapshotManager:
         `expected_parent` (a fast-forward replaced it). Updates the hints (best effort). An OSError
         of the write is ambiguous (see ``read_back``); a failed check before it raises
         NothingPublishedError."""
-        try:
-            if not self.parent_unchanged(snapshot):
+        with self.publish_lock() or contextlib.nullcontext():
+            try:
+                if not self.parent_unchanged(snapshot):
+                    return False
+            except OSError as exc:
+                raise NothingPublishedError(f"snapshot {snapshot.id} of {self.table_path} not written: its "
+                                            f"parent could not be checked ({exc})") from exc
+            if not self.file_io.write_new(self.path(snapshot.id), snapshot.to_json().encode()):
                 return False
-        except OSError as exc:
-            raise NothingPublishedError(f"snapshot {snapshot.id} of {self.table_path} not written: its parent "
-                                        f"could not be checked ({exc})") from exc
-        if not self.file_io.write_new(self.path(snapshot.id), snapshot.to_json().encode()):
-            return False
         self.commit_hints(snapshot.id)
         return True
+
+    def publish_lock(self) -> contextlib.AbstractContextManager[object] | None:
+        """On local disk, every publish of this snapshot directory holds a file lock, so that a
+        fast-forward, which replaces snapshots, can exclude main's committers (an object store has
+        none: there the catalog's table lock does it)."""
+        return self.file_io.exclusive_lock(f"{self.dir}/{PUBLISH_LOCK}")
 
     def read_back(self, snapshot: Snapshot) -> bool:
         """After an ambiguous publish of `snapshot`: is snapshot-N this very commit? True: it

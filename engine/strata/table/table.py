@@ -358,16 +358,22 @@ class Table:
         """Make this table's branch (main) what branch `name` is: its later snapshots, schemas
         and tags replace this branch's from the branch's first snapshot on. Returns the new
         latest snapshot id; a concurrent commit makes it fail with CommitConflictError."""
-        lock = None
-        if self.catalog is not None:
-            catalog = self.catalog
-            lock = lambda: catalog.schema_change_lock(self)  # noqa: E731 - the table's commit lock
-        latest = self.branches.fast_forward(name, lock)
+        latest = self.branches.fast_forward(name, self._commit_lock)
         if is_main(self.branch):
             from strata.iceberg import sync_after_commit
 
             sync_after_commit(self.on_branch(self.branch))
         return latest
+
+    def _commit_lock(self) -> contextlib.AbstractContextManager[object]:
+        """What excludes every publish of this table's snapshots: the catalog's table lock where
+        its commits take one, else on local disk the lock every publish holds (an object store
+        without a catalog lock has none: a nullcontext)."""
+        if self.catalog is not None:
+            held = self.catalog.schema_change_lock(self)
+            if not isinstance(held, contextlib.nullcontext):
+                return held
+        return self.snapshot_manager.publish_lock() or contextlib.nullcontext()
 
     def on_branch(self, name: str) -> Table:
         """This table on branch `name` (Paimon's ``switchToBranch``); 'main' is the table itself."""

@@ -134,7 +134,15 @@ def test_fast_forward_takes_snapshots_schemas_and_tags(table, catalog, warehouse
     b.write(pa.table({"id": [8], "v": ["b8"], "extra": [80]}))
     b.create_tag("bt")
     expected, latest = rows(b), b.latest_snapshot().id
-    assert table.fast_forward("b1") == latest
+    if warehouse_io.is_object_store:  # conditional PUT: main's committers take no lock, so it is refused
+        before = [s.id for s in table.snapshots()]
+        with pytest.raises(CommitConflictError, match="needs the table's commit lock"):
+            table.fast_forward("b1")
+        assert [s.id for s in table.snapshots()] == before
+        exclusive = threading.Lock()  # stands for a catalog lock every commit takes
+        assert BranchManager(table.file_io, table.path).fast_forward("b1", lock=lambda: exclusive) == latest
+    else:  # local disk: every publish holds the snapshot directory's file lock, and so does this
+        assert table.fast_forward("b1") == latest
     main = catalog.get_table("db.t")
     assert rows(main) == expected
     assert [s.id for s in main.snapshots()] == list(range(1, latest + 1))
@@ -159,16 +167,22 @@ def test_fast_forward_with_fewer_snapshots_drops_mains_later_ones_under_the_lock
     assert rows(main) == [(1, "m1"), (2, "m2"), (3, "m3"), (6, "m6")]
 
 
-def test_fast_forward_with_fewer_snapshots_is_refused_where_commits_take_no_lock(table, catalog):
-    """Deleting main's later snapshots would race main's committers (they publish create-if-absent,
-    without a lock): a commit landing meanwhile would be deleted after it was acknowledged."""
+def test_fast_forward_is_refused_where_commits_take_no_lock(table, catalog, warehouse_io):
+    """On an object store with conditional PUT main's committers publish create-if-absent without a
+    lock, so replacing main's snapshots could delete a commit after it was acknowledged: refused,
+    main unchanged. On local disk the publish lock makes it Paimon's fast-forward."""
     table.write(batch([5], "m"))
-    table.create_branch("b1", from_snapshot=2)
+    b = table.create_branch("b1", from_snapshot=2)
     before = [s.id for s in table.snapshots()]
-    with pytest.raises(CommitConflictError, match=r"not ahead of main .* take the table lock"):
-        table.fast_forward("b1")
-    main = catalog.get_table("db.t")
-    assert [s.id for s in main.snapshots()] == before and (5, "m5") in rows(main)
+    if warehouse_io.is_object_store:
+        with pytest.raises(CommitConflictError, match=r"needs the table's commit lock.*retry"):
+            table.fast_forward("b1")
+        main = catalog.get_table("db.t")
+        assert [s.id for s in main.snapshots()] == before and (5, "m5") in rows(main)
+    else:
+        assert table.fast_forward("b1") == 2
+        main = catalog.get_table("db.t")
+        assert [s.id for s in main.snapshots()] == [1, 2] and rows(main) == rows(b)
 
 
 def test_fast_forward_copies_schemas_before_its_snapshots_are_visible(table, catalog, warehouse_io):
@@ -179,25 +193,39 @@ def test_fast_forward_copies_schemas_before_its_snapshots_are_visible(table, cat
     seen = []
     real_write_new = warehouse_io.write_new
 
-    def watch(path: str, data: bytes) -> bool:
+    real_write_bytes = warehouse_io.write_bytes
+
+    def seen_at(path: str) -> None:
         if "/snapshot/snapshot-" in path:  # the moment a branch snapshot becomes main's
             seen.append(warehouse_io.exists(f"{table.path}/schema/schema-1"))
+
+    def watch_new(path: str, data: bytes) -> bool:
+        seen_at(path)
         return real_write_new(path, data)
 
+    def watch_bytes(path: str, data: bytes) -> None:
+        seen_at(path)
+        real_write_bytes(path, data)
+
     manager = BranchManager(warehouse_io, table.path)
-    warehouse_io.write_new = watch  # type: ignore[method-assign]
+    warehouse_io.write_new = watch_new  # type: ignore[method-assign]
+    warehouse_io.write_bytes = watch_bytes  # type: ignore[method-assign]
+    exclusive = threading.Lock()  # stands for the table's commit lock
     try:
-        manager.fast_forward("b1")
+        manager.fast_forward("b1", lock=lambda: exclusive)
     finally:
         del warehouse_io.write_new
+        del warehouse_io.write_bytes
     assert seen and all(seen), "a claimed snapshot was visible before the schema it uses"
     assert catalog.get_table("db.t").schema.id == 1
 
 
-def test_fast_forward_races_main_committers_without_a_lock(catalog):
-    """Threads on one local warehouse: main's writer commits while fast-forwards run; each
-    fast-forward wins whole (main is the branch, main's later commits on top) or fails with a
-    conflict, and no acknowledged main commit published after the last win is lost."""
+def test_fast_forward_races_main_committers(catalog, warehouse_io):
+    """Threads on one warehouse: main's writer commits while fast-forwards run. On local disk each
+    fast-forward takes the lock every publish holds and wins whole (main is the branch; main's
+    commits published before it go, as in Paimon, those after it stay on top); on an object store
+    without a catalog lock each is refused. Either way main is one contiguous, readable chain whose
+    rows are the branch's (if one won) plus the main commits it still holds."""
     table = catalog.create_table("db.race", SCHEMA, primary_keys=["id"], options={"bucket": "1", "write-only": "true"})
     table.write(batch([1, 2, 3], "m"))
     b = table.create_branch("b1", from_snapshot=1)
@@ -210,7 +238,7 @@ def test_fast_forward_races_main_committers_without_a_lock(catalog):
         try:
             writer = catalog.get_table("db.race")
             for i in range(8):
-                commit = writer.write(batch([1000 + i], "w"))
+                commit = writer.write(batch([1000 + i], "w"), commit_user=f"writer-{i}")
                 acknowledged.append((commit.snapshot_ids, 1000 + i))
         except BaseException as exc:
             errors.append(exc)
@@ -224,7 +252,7 @@ def test_fast_forward_races_main_committers_without_a_lock(catalog):
         try:
             outcomes.append(("won", catalog.get_table("db.race").fast_forward("b1")))
         except CommitConflictError as exc:
-            if "not ahead of main" in str(exc):  # main's writer got ahead of the branch: it stays so
+            if "needs the table's commit lock" in str(exc):
                 outcomes.append(("refused", None))
                 break
             outcomes.append(("conflict", None))
@@ -237,9 +265,11 @@ def test_fast_forward_races_main_committers_without_a_lock(catalog):
         main.to_arrow(snapshot_id=sid)
     print(f"fast-forward outcomes: {outcomes}")
     won = [latest for outcome, latest in outcomes if outcome == "won"]
-    after = {(k, f"w{k}") for sids, k in acknowledged if won and min(sids) > won[-1]}
+    assert bool(won) == (not warehouse_io.is_object_store), outcomes
+    held = {s.commit_user for s in main.snapshots()}
+    kept = {(k, f"w{k}") for _, k in acknowledged if f"writer-{k - 1000}" in held}
     if won:
-        assert set(rows(main)) == branch_rows | after, outcomes
+        assert set(rows(main)) == branch_rows | kept, outcomes
     else:
         assert {(k, f"w{k}") for _, k in acknowledged} <= set(rows(main))
 
