@@ -102,6 +102,13 @@ class FileIO(ABC):
         return int(info.size or 0)
 
 
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
 def strip_scheme(path: str) -> str:
     if path.startswith("file://"):
         return path[len("file://"):]
@@ -156,12 +163,16 @@ class LocalFileIO(FileIO):
 
         target = strip_scheme(path)
         os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-        with open(target, "a+b") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                yield handle
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        while True:
+            with open(target, "a+b") as handle:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+                try:
+                    if not _same_file(handle.fileno(), target):
+                        continue  # deleted (or replaced) while we waited: lock the file now there
+                    yield handle
+                    return
+                finally:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):

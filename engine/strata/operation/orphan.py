@@ -26,6 +26,7 @@ from strata.fs.file_io import FileStatus
 from strata.manifest.manifest_entry import FileKind, merge_entries
 from strata.operation.expire import TableFiles, try_delete_empty_dir
 from strata.snapshot.snapshot import Snapshot
+from strata.snapshot.snapshot_manager import PUBLISH_LOCK
 from strata.store import FileStore, HasStore, store_of
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def candidates(table: FileStore | HasStore) -> tuple[list[FileStatus], list[str]
         found.extend(_files(io, bucket))
     for s in _files(io, f"{root}/snapshot"):
         name = _name(s)
-        if not _SNAPSHOT_FILE.match(name) and name not in ("EARLIEST", "LATEST"):
+        if not _SNAPSHOT_FILE.match(name) and name not in ("EARLIEST", "LATEST", PUBLISH_LOCK):
             found.append(s)
     for sub in ("tag", "consumer", "schema"):
         found.extend(s for s in _files(io, f"{root}/{sub}") if _is_temp(_name(s)))

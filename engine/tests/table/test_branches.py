@@ -14,6 +14,7 @@ import pytest
 import strata
 from strata.errors import CommitConflictError, SnapshotNotFoundError, TableNotFoundError
 from strata.snapshot.branches import BranchManager, BranchNotFoundError, split_branch_table
+from strata.snapshot.snapshot_manager import PUBLISH_LOCK
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 
@@ -351,3 +352,24 @@ def test_rollback_of_main_keeps_a_later_branchs_files(table, catalog):
     assert rows(catalog.get_table("db.t$branch_b1")) == expected
     b.write(batch([9], "b"))
     assert rows(catalog.get_table("db.t$branch_b1")) == sorted([*expected, (9, "b9")])
+
+
+def test_publish_lock_excludes_and_survives_orphan_cleanup(tmp_path) -> None:
+    """The local publish lock: while one holds it nobody else gets it, and orphan cleanup keeps the
+    lock file (deleting it under a holder would let the next one lock a new file)."""
+    import datetime
+    import fcntl
+
+    catalog = strata.load_catalog(str(tmp_path))
+    catalog.create_database("db")
+    table = catalog.create_table("db.locked", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
+    table.write(batch([1], "a"))
+    lock_file = f"{table.snapshot_manager.dir}/{PUBLISH_LOCK}"
+    lock = table.snapshot_manager.publish_lock()
+    assert lock is not None
+    with lock, open(lock_file, "rb") as other, pytest.raises(BlockingIOError):
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    table.remove_orphan_files(older_than=datetime.timedelta(0))
+    assert table.file_io.exists(lock_file)
+    table.write(batch([2], "b"))  # publishing still works
+    assert rows(catalog.get_table("db.locked")) == [(1, "a1"), (2, "b2")]
