@@ -679,7 +679,8 @@ def test_spark_streaming_sink_through_faults(session: SparkSession, minio: Servi
                 try:
                     finished = query.awaitTermination(300)
                 except StreamingQueryException as exc:  # the Python error is the last line naming one
-                    failures.append([line for line in str(exc).splitlines() if "Error" in line][-1].strip()[:300])
+                    named = [line for line in str(exc).splitlines() if "Error" in line or "Exception" in line]
+                    failures.append((named or str(exc).splitlines() or [type(exc).__name__])[-1].strip()[:300])
                     continue
                 assert finished, f"{replay_hint()}: the query did not finish in 300 s"
                 break
