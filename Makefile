@@ -46,7 +46,7 @@ demo: $(STAMP) ## Spark streams generated orders into a PK table, a 2nd query re
 RUN_DIR := build/test-run
 RUN := $(PY) -m strata_platform.test_run
 BACKGROUND := nice -n 19
-IT_WORKERS ?= 2
+IT_WORKERS ?= 1
 ENGINE_TESTS ?= engine/tests
 IT_TESTS ?= integration_tests
 TIMED = -p strata_platform.pytest_timing --timing-json $(RUN_DIR)/$(1).json
