@@ -527,27 +527,13 @@ def start(rest: IcebergRestCatalog, host: str = "127.0.0.1", port: int = DEFAULT
 # -- command line -------------------------------------------------------------------------------------
 def client_s3_config(options: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
     """Iceberg's S3FileIO properties for the S3 settings this server uses (catalog options, then AWS_*)."""
-    pairs = {
-        "s3.endpoint": options.get("s3.endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
-        "s3.access-key-id": options.get("s3.access-key") or env.get("AWS_ACCESS_KEY_ID"),
-        "s3.secret-access-key": options.get("s3.secret-key") or env.get("AWS_SECRET_ACCESS_KEY"),
-        "s3.session-token": options.get("s3.session-token") or env.get("AWS_SESSION_TOKEN"),
-        "client.region": options.get("s3.region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-        or "us-east-1",
-        "s3.path-style-access": options.get("s3.path-style-access", "true"),
-    }
-    return {key: value for key, value in pairs.items() if value}
+    from strata_platform.serve import s3_settings
 
-
-def read_token(env: Mapping[str, str]) -> str | None:
-    token = env.get("STRATA_ICEBERG_REST_TOKEN", "").strip()
-    path = env.get("STRATA_ICEBERG_REST_TOKEN_FILE", "").strip()
-    if not token and path:
-        try:
-            token = Path(path).read_text().strip()
-        except OSError as exc:
-            raise SystemExit(f"STRATA_ICEBERG_REST_TOKEN_FILE={path}: {exc}") from exc
-    return token or None
+    s3 = s3_settings(options, env)
+    names = {"endpoint": "s3.endpoint", "access-key": "s3.access-key-id", "secret-key": "s3.secret-access-key",
+             "session-token": "s3.session-token", "region": "client.region",
+             "path-style-access": "s3.path-style-access"}
+    return {names[key]: value for key, value in s3.items() if value}
 
 
 def parse_args(argv: Sequence[str] | None, env: Mapping[str, str]) -> argparse.Namespace:
@@ -566,7 +552,7 @@ def parse_args(argv: Sequence[str] | None, env: Mapping[str, str]) -> argparse.N
 
 def main(argv: Sequence[str] | None = None) -> int:
     import strata
-    from strata_platform.serve import catalog_options, env_bool, load_secret_files, pairs
+    from strata_platform.serve import catalog_options, env_bool, load_secret_files, pairs, read_token
 
     env = dict(os.environ)
     load_secret_files(env)
@@ -577,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     vend = env_bool(env, "STRATA_ICEBERG_REST_VEND_S3", False)
     rest = IcebergRestCatalog(strata.load_catalog(args.warehouse, **options),
                               client_s3_config(options, env) if vend else {})
-    token = read_token(env)
+    token = read_token(env, "STRATA_ICEBERG_REST_TOKEN")
     server = start(rest, args.host, args.port, token)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

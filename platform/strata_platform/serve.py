@@ -55,6 +55,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("strata.serve")
@@ -630,3 +631,28 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def read_token(env: Mapping[str, str], variable: str) -> str | None:
+    """A bearer token from `variable`, or from the file `variable`_FILE names (a mounted secret)."""
+    token = env.get(variable, "").strip()
+    path = env.get(f"{variable}_FILE", "").strip()
+    if not token and path:
+        try:
+            token = Path(path).read_text().strip()
+        except OSError as exc:
+            raise SystemExit(f"{variable}_FILE={path}: {exc}") from exc
+    return token or None
+
+
+def s3_settings(options: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str | None]:
+    """The S3 settings a server uses (its catalog options, then the AWS_* variables), for the
+    clients it hands them to under their own property names."""
+    return {
+        "endpoint": options.get("s3.endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
+        "access-key": options.get("s3.access-key") or env.get("AWS_ACCESS_KEY_ID"),
+        "secret-key": options.get("s3.secret-key") or env.get("AWS_SECRET_ACCESS_KEY"),
+        "session-token": options.get("s3.session-token") or env.get("AWS_SESSION_TOKEN"),
+        "region": options.get("s3.region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+        "path-style-access": options.get("s3.path-style-access", "true"),
+    }
