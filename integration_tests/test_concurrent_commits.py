@@ -45,7 +45,7 @@ from strata_platform.services.base import Service
 pytestmark = [pytest.mark.minio, pytest.mark.postgres]
 
 WRITERS = int(os.environ.get("STRATA_CC_WRITERS", "8"))
-COMMITS = int(os.environ.get("STRATA_CC_COMMITS", "10"))
+COMMITS = int(os.environ.get("STRATA_CC_COMMITS", "50"))
 KEYS = 12  # keys a writer owns in each partition
 SCHEMA = pa.schema([("p", pa.string()), ("k", pa.int32()), ("v", pa.int64())])
 TABLE_OPTIONS = {"bucket": "2", "write-only": "true", "commit.max-retries": "1000",

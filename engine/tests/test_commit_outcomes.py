@@ -290,6 +290,34 @@ def test_failed_lock_release_after_the_write_never_fails_the_commit(mode: str, t
     assert ids(table) == [0, 1, 2, 10]
 
 
+@pytest.mark.parametrize("mode", ["lock"])
+def test_losing_the_check_under_the_lock_releases_it(mode: str, io: FaultyIO, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer publishes N between our first check and our lock: we find N taken under the
+    lock, must let the lock go, and retry as N+1 at once (a kept lock stalls every committer of
+    the table until its lease expires; the short acquire timeout turns that into a failure)."""
+    catalog = JdbcCatalog(str(tmp_path / "warehouse"), {"uri": f"sqlite:///{tmp_path}/catalog.sqlite",
+                                                        "lock-acquire-timeout": "3 s"}, file_io=io)
+    catalog.create_database("db")
+    table = catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options={"bucket": "2"})
+    table.write(data(range(3)))
+    other = reopened(table)
+    inner, raced = JdbcLock.acquire, list[int]()
+
+    def acquire(lock: JdbcLock) -> None:
+        if not raced:
+            raced.append(1)
+            other.write(data([20]))  # takes and frees the lock itself, publishing the id we planned
+        inner(lock)
+
+    monkeypatch.setattr(JdbcLock, "acquire", acquire)
+    result = table.new_commit("job").commit(prepare(table, data([10])), identifier=1)
+    assert raced and result.snapshot_ids == [3] and result.attempts == 2
+    assert ids(table) == [0, 1, 2, 10, 20]
+    with catalog.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM paimon_distributed_locks").scalar() == 0
+
+
 # -- unknown ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("landed", [True, False], ids=["landed", "not-landed"])

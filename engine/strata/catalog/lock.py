@@ -261,11 +261,14 @@ class LockedPublisher:
                                         f"database is unavailable ({type(exc).__name__}: {exc})") from exc
         try:
             if self._exists(manager, snapshot) or lock.valid_for() < self.margin_seconds:
-                return False  # taken meanwhile, or the lease may lapse mid-write: retry with a fresh one
-            published = manager.publish(snapshot)
+                published = False  # taken meanwhile, or the lease may lapse mid-write: retry with a fresh one
+            else:
+                published = manager.publish(snapshot)
         except BaseException:
             _release_quietly(lock)
             raise
+        # every path that acquired releases here: a lock kept after losing the check would stall
+        # every other committer of the table for a whole lease
         if not _release_quietly(lock) and published:
             # the lease lapsed before we released it: another holder may have checked and written
             # N over ours; ours counts only if N still holds it
