@@ -123,11 +123,26 @@ def check_deletion_vector_conflicts(live: Sequence[ManifestEntry], live_index: S
                     f"after this compaction read it; rewriting it would bring them back{restart}")
         else:
             files.add(entry.file.file_name)
+    stale, counts = _stale_vectors(live_index, {e.file.file_name for e in live}), _cardinalities(index_changes)
     for name in added:
-        if name not in files or name in gone:
+        carried = name in stale and stale[name] is not None and stale[name] == counts.get(name)
+        if (name not in files or name in gone) and not carried:
             raise CommitConflictError(
                 f"data file {name} of {where} is no longer live (a concurrent compaction or overwrite removed "
                 f"it): the rows this commit deletes in it would be lost{restart}")
+
+
+def _stale_vectors(live_index: Sequence[IndexManifestEntry], live_files: set[str]) -> dict[str, int | None]:
+    """Vectors of data files that are already gone, with how many rows they mark. A compaction that
+    keeps its bucket's index file as it is leaves them behind (Paimon's Java compaction does), and a
+    later commit rewriting that index file carries them over unchanged: that is no conflict. Marks
+    only grow, so an unchanged cardinality means an unchanged vector."""
+    return {name: count for name, count in _cardinalities(live_index).items() if name not in live_files}
+
+
+def _cardinalities(entries: Iterable[IndexManifestEntry]) -> dict[str, int | None]:
+    return {r.data_file_name: r.cardinality for e in entries if e.kind == FileKind.ADD
+            and e.index_type == INDEX_TYPE_DELETION_VECTORS for r in e.dv_ranges or []}
 
 
 def _vector_files(entries: Iterable[IndexManifestEntry]) -> dict[str, str]:

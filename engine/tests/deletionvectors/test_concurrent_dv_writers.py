@@ -22,7 +22,15 @@ import pyarrow as pa
 import pytest
 
 import strata
+from strata.deletionvectors.maintainer import BucketDeletionVectors
 from strata.errors import CommitConflictError, CommitFailedError
+from strata.manifest.data_file_meta import DataFileMeta
+from strata.manifest.index_manifest import INDEX_TYPE_DELETION_VECTORS, DeletionVectorMeta, IndexManifestEntry
+from strata.manifest.manifest_entry import FileKind, ManifestEntry
+from strata.manifest.simple_stats import SimpleStats
+from strata.operation import commit as commit_module
+from strata.operation.conflicts import check_deletion_vector_conflicts
+from strata.scan.planner import TableScan
 from strata.snapshot.snapshot import CommitKind
 from strata.table.table import Table
 from strata.table.write import TableWrite
@@ -83,6 +91,55 @@ def test_a_compaction_of_a_file_a_concurrent_commit_marked_conflicts(tmp_path: P
     with pytest.raises(CommitConflictError, match="got deleted rows"):
         table.new_commit("compactor").commit(messages)
     assert counts(table) == {**dict.fromkeys(BASE, 1), 1: 2, 5000: 1, 5001: 1}
+
+
+def compact_keeping_vectors(table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full compaction that leaves its bucket's index file as it is, as Paimon's Java compaction
+    does: the vectors of the files it rewrote stay behind, naming files no longer live."""
+    with monkeypatch.context() as patch:
+        patch.setattr(BucketDeletionVectors, "remove", lambda self, data_file: None)
+        patch.setattr(commit_module, "check_deletion_vector_conflicts", lambda *args: None)  # not Strata's commit
+        table.compact(full=True, commit_user="java-like")
+    latest = table.latest_snapshot()
+    assert latest is not None
+    live = {e.file.file_name for e in TableScan(table.store).plan_entries(latest)}
+    vectors = {r.data_file_name for e in table.manifest_store.read_index_manifest(latest.index_manifest)
+               for r in e.dv_ranges or []}
+    assert vectors and not vectors & live, "the compaction was to leave only stale vectors"
+
+
+def test_a_stale_vector_carried_over_unchanged_is_no_conflict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = new_table(tmp_path, buckets=1)
+    table.write(rows(*BASE))
+    table.write(rows(2))  # marks key 2 of the base file
+    compact_keeping_vectors(table, monkeypatch)
+    table.write(rows(3))  # marks key 3 of the new file: the bucket's index file is rewritten, stale vector and all
+    assert counts(table) == {**dict.fromkeys(BASE, 1), 2: 2, 3: 2}
+
+
+def vector_index(kind: FileKind, index_file: str, **cardinalities: int | None) -> IndexManifestEntry:
+    ranges = [DeletionVectorMeta(f"{name}.parquet", 1, 8, n) for name, n in cardinalities.items()]
+    return IndexManifestEntry(kind, b"", 0, INDEX_TYPE_DELETION_VECTORS, index_file, 64, len(ranges), ranges)
+
+
+def data_file(name: str) -> ManifestEntry:
+    meta = DataFileMeta(f"{name}.parquet", 1, 1, b"", b"", SimpleStats.EMPTY, SimpleStats.EMPTY, 0, 0, 0, 0)
+    return ManifestEntry(FileKind.ADD, b"", 0, 1, meta)
+
+
+@pytest.mark.parametrize("ours,conflict", [(1, False), (2, True), (None, True)],
+                         ids=["unchanged", "grew", "unknown-size"])
+def test_a_stale_vector_conflicts_only_when_it_changed(ours: int | None, conflict: bool) -> None:
+    """Index file i1 holds the vectors of live file `g` and of `f`, which a compaction rewrote
+    without dropping its vector; a commit marks a row of `g` and rewrites i1 as i2."""
+    live_index = [vector_index(FileKind.ADD, "i1", f=1, g=1)]
+    changes = [vector_index(FileKind.DELETE, "i1", f=1, g=1), vector_index(FileKind.ADD, "i2", f=ours, g=2)]
+    check = lambda: check_deletion_vector_conflicts([data_file("g")], live_index, [], changes, "db.t")  # noqa: E731
+    if conflict:
+        with pytest.raises(CommitConflictError, match=r"data file f\.parquet .* no longer live"):
+            check()
+    else:
+        check()
 
 
 WRITERS, BATCHES, KEYS = 3, 10, 12
