@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from sqlalchemy.exc import OperationalError
 
 from strata import metrics
+from strata.catalog import lock as lock_module
 from strata.catalog.filesystem import FileSystemCatalog
 from strata.catalog.jdbc import JdbcCatalog
 from strata.catalog.lock import JdbcLock
@@ -110,6 +111,15 @@ class FaultyIO(LocalFileIO):
 def quick_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two read-back attempts instead of six (the backoff between them is what costs time)."""
     monkeypatch.setattr(file_io_module, "READ_BACK_ATTEMPTS", 2)
+    monkeypatch.setattr(lock_module, "REPUT_ATTEMPTS", 2)
+
+
+def unsettled(mode: str, when: str, *then: Fault) -> Fault:
+    """An ambiguous write of snapshot 2 that stays ambiguous: under the lock, the committer's puts
+    of the same bytes fail too; then `then`."""
+    if mode == "lock":
+        then = (Fault("write_bytes", SNAPSHOT_2, "before", times=lock_module.REPUT_ATTEMPTS, then=list(then)),)
+    return Fault("write_new", SNAPSHOT_2, when, then=list(then))
 
 
 def open_catalog(mode: str, root: Path, io: FaultyIO) -> FileSystemCatalog | JdbcCatalog:
@@ -196,11 +206,12 @@ SNAPSHOT_2 = r"/snapshot/snapshot-2$"
 
 # -- committed ------------------------------------------------------------------------------------
 
-def test_lost_reply_of_a_landed_snapshot_is_committed(table: Table, io: FaultyIO) -> None:
+def test_lost_reply_of_a_landed_snapshot_is_committed(mode: str, table: Table, io: FaultyIO) -> None:
+    """Read back (atomic create), or put again while the lock is held (check-then-put)."""
     table.write(data(range(3)))
     io.arm(Fault("write_new", SNAPSHOT_2, "after"))
     result = table.new_commit("job").commit(prepare(table, data([10, 11])), identifier=1)
-    assert result.snapshot_ids == [2] and result.attempts == 1 and result.read_backs == 1
+    assert result.snapshot_ids == [2] and result.attempts == 1 and result.read_backs == (mode == "atomic")
     assert ids(table) == [0, 1, 2, 10, 11]
     assert_every_snapshot_readable(table)
     assert table.snapshot_manager._hint("LATEST") == 2  # the hint follows the read-back
@@ -217,11 +228,13 @@ def test_failed_hint_write_never_fails_a_durable_commit(table: Table, io: Faulty
 
 # -- not published ----------------------------------------------------------------------------------
 
-def test_write_that_never_landed_is_retried_once(table: Table, io: FaultyIO) -> None:
+def test_write_that_never_landed_is_retried_once(mode: str, table: Table, io: FaultyIO) -> None:
+    """Atomic create: read back as absent, retried. Under the lock: put again before the release."""
     table.write(data(range(3)))
     io.arm(Fault("write_new", SNAPSHOT_2, "before"))
     result = table.new_commit("job").commit(prepare(table, data([10])), identifier=1)
-    assert result.snapshot_ids == [2] and result.attempts == 2 and result.read_backs == 1
+    assert result.snapshot_ids == [2]
+    assert (result.attempts, result.read_backs) == ((2, 1) if mode == "atomic" else (1, 0))
     assert [s.commit_user for s in table.snapshots()] == [table.snapshot_manager.snapshot(1).commit_user, "job"]
     assert ids(table) == [0, 1, 2, 10]
     assert_every_snapshot_readable(table)
@@ -249,6 +262,45 @@ def test_late_landing_of_an_ambiguous_attempt_is_found_not_published_twice(table
     assert result.snapshot_ids == [2] and result.attempts == 3
     assert [(s.commit_user, s.commit_identifier) for s in table.snapshots()][1:] == [("job", 1)]
     assert ids(table) == [0, 1, 2, 10]
+    assert_every_snapshot_readable(table)
+
+
+@pytest.mark.parametrize("mode", ["lock"])
+def test_delayed_put_under_the_lock_never_lands_over_another_commit(mode: str, table: Table, io: FaultyIO,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot PUT that timed out under the lock may still be in flight. The committer settles
+    it before letting the lock go (it puts the same bytes again until a PUT answers), so when the
+    delayed request lands, after the next committer published, it only rewrites this commit's own
+    snapshot. (Settled after the release instead, the read-back found N absent or another's, the
+    commit retried as N+1, and the delayed PUT then replaced the other commit's snapshot N.)"""
+    table.write(data(range(3)))
+    other = reopened(table)
+    in_flight: list[tuple[str, bytes]] = []
+    write_new, release = FaultyIO.write_new, JdbcLock.release
+
+    def timed_out(self: FaultyIO, path: str, body: bytes) -> bool:
+        if re.search(SNAPSHOT_2, path) and not in_flight:
+            in_flight.append((path, body))
+            raise OSError(f"injected: PUT {path} timed out; the request is still in flight")
+        return write_new(self, path, body)
+
+    def release_then_other_commits(lock: JdbcLock) -> bool:
+        released = release(lock)
+        if len(in_flight) == 1:
+            in_flight.append(("", b""))
+            other.write(data([20]))  # the next committer takes the lock as soon as it is free
+        return released
+
+    monkeypatch.setattr(FaultyIO, "write_new", timed_out)
+    monkeypatch.setattr(JdbcLock, "release", release_then_other_commits)
+    result = table.new_commit("job").commit(prepare(table, data([10])), identifier=1)
+    path, body = in_flight[0]
+    LocalFileIO.write_bytes(io, path, body)  # the delayed PUT lands at last
+    assert result.snapshot_ids == [2] and result.read_backs == 0
+    snapshots = reopened(table).snapshots()
+    assert [s.id for s in snapshots] == [1, 2, 3]
+    assert snapshots[1].commit_user == "job" and snapshots[2].commit_user != "job"
+    assert ids(reopened(table)) == [0, 1, 2, 10, 20]
     assert_every_snapshot_readable(table)
 
 
@@ -321,12 +373,13 @@ def test_losing_the_check_under_the_lock_releases_it(mode: str, io: FaultyIO, tm
 # -- unknown ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("landed", [True, False], ids=["landed", "not-landed"])
-def test_unknown_outcome_keeps_every_file_and_a_replay_settles_it(table: Table, io: FaultyIO, landed: bool) -> None:
+def test_unknown_outcome_keeps_every_file_and_a_replay_settles_it(mode: str, table: Table, io: FaultyIO,
+                                                                  landed: bool) -> None:
     table.write(data(range(3)))
     messages = prepare(table, data([10, 11]))
     written = {os.path.join(d, f) for d, _, files in os.walk(table.path) for f in files}
     outage = Fault("read_bytes", SNAPSHOT_2, times=2)  # every read-back attempt fails
-    io.arm(Fault("write_new", SNAPSHOT_2, "after" if landed else "before", then=[outage]))
+    io.arm(unsettled(mode, "after" if landed else "before", outage))
     unknown_before = metric("strata_commit_state_unknown_total", table="db.t")
     with pytest.raises(CommitStateUnknownError) as failure:
         table.new_commit("job").commit(messages, identifier=7)
@@ -350,11 +403,12 @@ def test_unknown_outcome_keeps_every_file_and_a_replay_settles_it(table: Table, 
     assert_every_snapshot_readable(again)
 
 
-def test_retried_write_that_landed_then_unreadable_is_unknown_not_cleaned(table: Table, io: FaultyIO) -> None:
+def test_retried_write_that_landed_then_unreadable_is_unknown_not_cleaned(mode: str, table: Table,
+                                                                          io: FaultyIO) -> None:
     """The field case: the write landed, the reply was lost and the read-back failed in the
     same outage. Before, the attempt's manifest lists were deleted under the published snapshot."""
     table.write(data(range(3)))
-    io.arm(Fault("write_new", SNAPSHOT_2, "after", then=[Fault("read_bytes", SNAPSHOT_2, times=2)]))
+    io.arm(unsettled(mode, "after", Fault("read_bytes", SNAPSHOT_2, times=2)))
     with pytest.raises(CommitStateUnknownError):
         table.new_commit("job").commit(prepare(table, data([5])), identifier=1)
     assert_every_snapshot_readable(table)  # snapshot 2 names its manifest lists, all there
@@ -427,7 +481,7 @@ def test_merged_hash_index_files_are_deleted_only_after_a_definite_outcome(mode:
     writer_files = [f"{table.path}/index/{e.file_name}" for m in messages for e in m.index_changes
                     if e.kind.name == "ADD"]
     assert len(writer_files) == 2
-    io.arm(Fault("write_new", SNAPSHOT_2, "after", then=[Fault("read_bytes", SNAPSHOT_2, times=2)]))
+    io.arm(unsettled(mode, "after", Fault("read_bytes", SNAPSHOT_2, times=2)))
     with pytest.raises(CommitStateUnknownError):
         table.new_commit("job").commit(messages, identifier=1)
     assert all(os.path.exists(p) for p in writer_files) and io.deleted == []
@@ -446,6 +500,7 @@ def test_merged_hash_index_files_are_deleted_only_after_a_definite_outcome(mode:
 # -- random faults against a model ------------------------------------------------------------------------------
 
 FAULT_OPS = st.sampled_from([("write_new", r"/snapshot/snapshot-\d+$"), ("read_bytes", r"/snapshot/snapshot-\d+$"),
+                             ("write_bytes", r"/snapshot/snapshot-\d+$"),  # a put again under the lock
                              ("write_bytes", r"/snapshot/(LATEST|EARLIEST)$"), ("write_bytes", r"/manifest/")])
 FAULTS = st.lists(st.tuples(FAULT_OPS, st.sampled_from(["before", "after"]), st.integers(1, 3)), max_size=4)
 
@@ -459,6 +514,7 @@ def test_random_faults_lose_no_acknowledged_batch(plan: list, mode: str, tmp_pat
     same identifier, fresh table object) after any error. Whatever the faults: every batch is in
     the table exactly once and every snapshot reads."""
     monkeypatch.setattr(file_io_module, "READ_BACK_ATTEMPTS", 2)
+    monkeypatch.setattr(lock_module, "REPUT_ATTEMPTS", 2)
     io = FaultyIO(check_then_put=mode == "lock")
     catalog = open_catalog(mode, tmp_path_factory.mktemp("faults"), io)
     catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options={"bucket": "2", "commit.min-retry-wait": "1 ms"})

@@ -22,7 +22,8 @@ section how long it may still count on exclusivity.
 
 ``LockedPublisher`` publishes snapshots under the lock (check-then-put) with the three outcomes of
 a commit: the lock database unavailable before the write is "nothing published" (the commit
-retries); a failed write is ambiguous (the committer reads the snapshot back); a failed release
+retries); a failed write is put again under the lock until a PUT answers, and stays ambiguous
+only if none does (the committer then reads the snapshot back); a failed release
 after a durable write never fails the commit (the lease expires by itself).
 """
 
@@ -57,6 +58,7 @@ LOCK_ACQUIRE_TIMEOUT = ("lock-acquire-timeout", "8 min")
 LOCK_CHECK_MAX_SLEEP = ("lock-check-max-sleep", "8 s")
 LOCK_EXPIRE_TIME = ("lock.expire-time", "60 s")
 LOCK_KEY_MAX_LENGTH = ("lock-key-max-length", "255")
+REPUT_ATTEMPTS = 5  # puts of an ambiguously written snapshot, under the lock, before it stays unknown
 
 
 class LockAcquireTimeoutError(StrataError):
@@ -242,8 +244,8 @@ class LockedPublisher:
     """Publishes snapshot-N under a table's lock: check that N is absent, write it, release (as
     Paimon's ``RenamingSnapshotCommit``). A publish function for ``FileStoreCommit``: True
     published, False taken (or the lease too short to write safely), NothingPublishedError when
-    nothing was written (a check or the lock database failed), OSError when the write itself is
-    ambiguous."""
+    nothing was written (a check or the lock database failed), OSError when the write stayed
+    ambiguous after being put again."""
 
     def __init__(self, new_lock: Callable[[], JdbcLock], margin_seconds: float):
         self.new_lock = new_lock
@@ -263,7 +265,7 @@ class LockedPublisher:
             if self._exists(manager, snapshot) or lock.valid_for() < self.margin_seconds:
                 published = False  # taken meanwhile, or the lease may lapse mid-write: retry with a fresh one
             else:
-                published = manager.publish(snapshot)
+                published = self._write(manager, snapshot, lock)
         except BaseException:
             _release_quietly(lock)
             raise
@@ -274,6 +276,28 @@ class LockedPublisher:
             # N over ours; ours counts only if N still holds it
             return manager.read_back(snapshot)
         return published
+
+    def _write(self, manager: SnapshotManager, snapshot: Snapshot, lock: JdbcLock) -> bool:
+        """Publish under the lock. An ambiguous write is settled here, while the lock is held: the
+        same bytes are put again until one PUT answers (N was absent at the check, so whatever is
+        there is ours). Settling it after the release instead would leave a window in which a
+        delayed PUT of ours lands over another committer's snapshot-N."""
+        try:
+            return manager.publish(snapshot)
+        except OSError as exc:
+            ambiguous = exc
+        for attempt in range(REPUT_ATTEMPTS):
+            if lock.valid_for() < self.margin_seconds:
+                break  # the lease may lapse mid-write: leave it ambiguous, the committer reads back
+            time.sleep(min(2.0, 0.1 * 2 ** attempt) * random.uniform(0.5, 1.0))
+            try:
+                manager.put_again(snapshot)
+                log.info("snapshot %d of %s: ambiguous write settled by writing it again under the lock (%s)",
+                         snapshot.id, manager.table_path, ambiguous)
+                return True
+            except OSError as exc:
+                ambiguous = exc
+        raise ambiguous
 
     @staticmethod
     def _exists(manager: SnapshotManager, snapshot: Snapshot) -> bool:

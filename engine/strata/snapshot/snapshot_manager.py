@@ -138,6 +138,13 @@ class SnapshotManager:
         self.commit_hints(snapshot.id)
         return True
 
+    def put_again(self, snapshot: Snapshot) -> None:
+        """Write snapshot-N over whatever is there; an OSError is ambiguous again. Only for the
+        holder of the table's lock after an ambiguous publish: N was absent when it checked, and
+        nobody else writes N while it holds the lock, so anything at N is this very commit."""
+        self.file_io.write_bytes(self.path(snapshot.id), snapshot.to_json().encode())
+        self.commit_hints(snapshot.id)
+
     def publish_lock(self) -> contextlib.AbstractContextManager[object] | None:
         """On local disk, every publish of this snapshot directory holds a file lock, so that a
         fast-forward, which replaces snapshots, can exclude main's committers (an object store has
