@@ -31,8 +31,8 @@ demo: $(STAMP) ## Spark streams generated orders into a PK table, a 2nd query re
 	$(PY) -m strata_platform.demo $(DEMO_ARGS)
 
 # make test, phase by phase (times, logs and the summary in $(RUN_DIR)):
-# - install every service (cached), Kubernetes' binaries in the background (a Go build of minutes
-#   that only the integration tests need);
+# - install the engine tests' services (cached); every other one in the background, Kubernetes'
+#   binaries (a Go build of minutes) too: only the integration tests need them, and they wait for them;
 # - the engine tests on local disk and MinIO in 3 workers (object-store round trips overlap), while
 #   `strata-services prebuild` does in the background what the container tests' set-ups would do one
 #   test at a time: the stack's images, helm, the images' copy in the cluster node. Background jobs run
@@ -47,6 +47,9 @@ RUN_DIR := build/test-run
 RUN := $(PY) -m strata_platform.test_run
 BACKGROUND := nice -n 19
 IT_WORKERS ?= 1
+# the engine tests' services are installed first; the others in the background while those tests run
+ENGINE_SERVICES := minio postgres kafka
+OTHER_SERVICES := --except kubernetes $(foreach s,$(ENGINE_SERVICES),--except $(s))
 ENGINE_TESTS ?= engine/tests
 IT_TESTS ?= integration_tests
 TIMED = -p strata_platform.pytest_timing --timing-json $(RUN_DIR)/$(1).json
@@ -59,12 +62,14 @@ test: ## Everything: lint, unit tests, integration tests against real services
 	@$(MAKE) --no-print-directory lint || $(RUN) fail lint
 	@$(RUN) mark lint
 	@$(RUN) spawn kubernetes-build $(BACKGROUND) $(SERVICES_CLI) install kubernetes
-	$(SERVICES_CLI) install --except kubernetes || $(RUN) fail install
+	$(SERVICES_CLI) install $(ENGINE_SERVICES) || $(RUN) fail install
 	@$(RUN) mark install
-	@$(RUN) spawn prebuild $(BACKGROUND) $(SERVICES_CLI) prebuild
-	$(SERVICES_CLI) run minio postgres kafka -- $(PY) -m pytest $(ENGINE_TESTS) -n 3 -p no:cacheprovider \
+	@$(RUN) spawn services-install $(BACKGROUND) $(SERVICES_CLI) install $(OTHER_SERVICES)
+	@$(RUN) spawn prebuild $(BACKGROUND) bash -c '$(RUN) wait services-install >/dev/null && $(SERVICES_CLI) prebuild'
+	$(SERVICES_CLI) run $(ENGINE_SERVICES) -- $(PY) -m pytest $(ENGINE_TESTS) -n 3 -p no:cacheprovider \
 		--durations=15 $(call TIMED,engine) || $(RUN) fail engine
 	@$(RUN) mark engine
+	@$(RUN) wait services-install || $(RUN) fail services-install
 	$(IT_PARALLEL) $(call TIMED,integration) || $(RUN) failed integration
 	$(IT_EXCLUSIVE) $(call TIMED,integration-exclusive) || $(RUN) failed integration-exclusive
 	@$(RUN) mark integration
