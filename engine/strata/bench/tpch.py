@@ -17,7 +17,8 @@ TPCH_SPARK    geometric mean of Spark SQL over Strata (``strata.spark.read_table
               files) to its last row; and the same for format("strata") (the Python data source,
               every column through a Python worker; one run a query).
 TPCH_LOAD     rows/s through Spark into Strata (from a local Parquet copy of the rows), against
-              Trino's CTAS into its native catalog (generating them from its tpch catalog).
+              Spark writing the same DataFrames as plain Parquet to the same MinIO; Trino's CTAS
+              into its native catalog (generating the rows from its tpch catalog) beside it.
 TPCH_REFRESH  seconds per refresh round through Spark (RF1 + RF2 on orders and lineitem) / Trino's
               INSERT and DELETE of the same rounds; beside it, how long until Trino sees a round
               once Spark's commits are published (p99, no target).
@@ -89,6 +90,7 @@ def run_once(work_dir: str, scale: float) -> PartResult:
     result: PartResult = {"scale_factor": scale_factor}
     result["native_load_s"] = tpch.load_native()["total"]
     tpch.export_parquet()
+    result["parquet_load_s"] = tpch.load_parquet()["total"]  # Spark's own writer first: it warms the JVM alike
     result["strata_load_s"] = tpch.load_strata()["total"]
     result["rows"] = sum(count for count, _ in tpch.verify_load().values())
     result["after_load"] = _seconds(tpch.run_all(repeat=REPEAT))
@@ -146,9 +148,9 @@ def _spark_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
 
 def _load_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
     r = parts["tpch"]
-    strata, native = r["rows"] / r["strata_load_s"], r["rows"] / r["native_load_s"]
-    return {"value": round(strata), "reference": round(native), "ratio": round(strata / native, 3),
-            "rows": r["rows"]}
+    strata, parquet, native = (r["rows"] / r[k] for k in ("strata_load_s", "parquet_load_s", "native_load_s"))
+    return {"value": round(strata), "reference": round(parquet), "ratio": round(strata / parquet, 3),
+            "rows": r["rows"], "trino_ctas_rows_per_s": round(native), "ratio_to_trino_ctas": round(strata / native, 3)}
 
 
 def _refresh_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
@@ -176,10 +178,12 @@ WORKLOADS = {
         unavailable=unavailable, extra_lines=(("worst query", "worst_query"),
                                               ("ratio of format('strata')", "ratio_python_source"))),
     "TPCH_LOAD": Workload(
-        f"{_WHAT}: rows/s of the load, Spark into Strata (from a local Parquet copy) / Trino CTAS into its "
-        "native Iceberg catalog (from its tpch catalog)",
-        Target(">=", 0.5), "ratio", "rows/s Strata (Trino CTAS); ratio", _PARTS, _load_summary,
-        unavailable=unavailable),
+        f"{_WHAT}: rows/s of the load, Spark writing a local Parquet copy of the rows into Strata / Spark "
+        "writing the same DataFrames as plain Parquet to the same MinIO (same source, same order, each timed "
+        "from its start)", Target(">=", 0.7), "ratio", "rows/s Strata (Spark Parquet); ratio", _PARTS,
+        _load_summary, unavailable=unavailable,
+        extra_lines=(("Trino CTAS rows/s (from its tpch catalog; no target)", "trino_ctas_rows_per_s"),
+                     ("Strata / Trino CTAS", "ratio_to_trino_ctas"))),
     "TPCH_REFRESH": Workload(
         f"{_WHAT}: seconds per refresh round (RF1 + RF2), Spark into Strata / Trino INSERT and DELETE",
         Target("<=", 1.5), "ratio", "s per round Strata (Trino INSERT/DELETE); ratio", _PARTS, _refresh_summary,

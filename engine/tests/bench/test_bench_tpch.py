@@ -32,6 +32,15 @@ def test_refresh_target_is_on_seconds_per_round_not_visibility() -> None:
     assert row["visibility_p99_s"] == 0.7  # reported beside it
 
 
+def test_load_ratio_is_against_sparks_own_parquet_write() -> None:
+    workload = tpch.WORKLOADS["TPCH_LOAD"]
+    seconds = {"strata_load_s": 4.0, "parquet_load_s": 2.0, "native_load_s": 1.0}
+    row = workload.summarize({"tpch": {"rows": 1000, **seconds}})
+    assert row["value"] == 250 and row["reference"] == 500 and row["ratio"] == 0.5
+    assert not workload.target.met(row["ratio"])
+    assert row["trino_ctas_rows_per_s"] == 1000 and row["ratio_to_trino_ctas"] == 0.25  # beside it, no target
+
+
 def test_each_query_names_the_tables_its_run_plans() -> None:
     assert queries.tables_of(queries.render(1, 0.01)) == ("lineitem",)
     # whole words: partsupp is not part, n_nationkey is not nation

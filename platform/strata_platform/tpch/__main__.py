@@ -52,8 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"TPC-H SF {args.sf:g}: loading Trino's native tables (CTAS from {tpch.source})", flush=True)
     result["native_load_s"] = tpch.load_native()
     tpch.export_parquet()
+    print("loading the same rows through Spark as plain Parquet (the reference)", flush=True)
+    result["parquet_load_s"] = tpch.load_parquet()
     print("loading Strata tables through Spark (format('strata'))", flush=True)
     result["strata_load_s"] = tpch.load_strata()
+    print(f"load: Strata {result['strata_load_s']['total']:.1f} s, Spark's Parquet writer "
+          f"{result['parquet_load_s']['total']:.1f} s, Trino CTAS {result['native_load_s']['total']:.1f} s", flush=True)
     result["rows"] = {name: count for name, (count, _) in tpch.verify_load().items()}
     print(f"row counts and checksums equal the source: {result['rows']}", flush=True)
     phases = {"after load": tpch.run_all()}

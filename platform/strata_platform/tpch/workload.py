@@ -170,6 +170,22 @@ class Tpch:
 
         return self._each_table(write)
 
+    def load_parquet(self) -> dict[str, float]:
+        """The reference of Strata's load: Spark writes every table from the same local Parquet copy,
+        in the same order, as plain Parquet to the same MinIO (Spark's own writer, through s3a);
+        seconds per table."""
+        bucket = self.rest.warehouse.removeprefix("s3://").split("/", 1)[0]
+
+        def write(table: TpchTable) -> float:
+            started = time.perf_counter()
+            self.source_frame(table.name).write.mode("overwrite").parquet(
+                f"s3a://{bucket}/tpch-spark-parquet/{self.database}/{table.name}")
+            seconds = time.perf_counter() - started
+            self.progress(f"  parquet {table.name:<9} Spark {seconds:7.1f} s")
+            return seconds
+
+        return self._each_table(write)
+
     def checksums(self, relation: Callable[[TpchTable], str]) -> dict[str, tuple[int, str]]:
         """(row count, checksum of all columns) per table, as Trino computes them over `relation`
         (one query for the eight tables)."""
