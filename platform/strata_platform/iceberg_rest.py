@@ -47,23 +47,16 @@ off by default; ``STRATA_LOG_LEVEL``. SIGTERM and SIGINT stop it (exit 0). It pr
 from __future__ import annotations
 
 import argparse
-import hmac
 import json
 import logging
 import math
-import os
 import re
-import signal
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote_plus, urlsplit
-
-import prometheus_client as prom
+from urllib.parse import SplitResult
 
 from strata.catalog import Catalog, Identifier
 from strata.errors import DatabaseNotFoundError, InvalidNameError, TableNotFoundError
@@ -71,6 +64,21 @@ from strata.fs.file_io import FileIO
 from strata.iceberg import latest_metadata_location, versions
 from strata.names import check_database_name, check_object_name
 from strata.table.table import Table
+from strata_platform.http_service import (
+    NO_CONTENT,
+    Answer,
+    JsonHandler,
+    JsonServer,
+    RequestError,
+    RequestMetrics,
+    parse_service_args,
+    query_values,
+    serve,
+    serve_until_stopped,
+    service_environment,
+    service_parser,
+    split_path,
+)
 
 log = logging.getLogger("strata.iceberg_rest")
 
@@ -333,195 +341,68 @@ HEAD_HANDLERS: dict[tuple[str, ...], Handler] = {
 }
 
 
-def split_path(raw: str) -> list[str]:
-    """Decoded path segments; 400 for an empty, undecodable or path-like segment."""
-    if not raw.startswith("/"):
-        raise bad_request("the request target must be an absolute path")
-    parts = raw.strip("/").split("/") if raw.strip("/") else []
-    decoded = []
-    for part in parts:
-        if not part:
-            raise bad_request(f"empty path segment in {raw!r}")
-        if _HEX.search(part):
-            raise bad_request(f"malformed percent-encoding in path segment {part!r}")
-        try:
-            # Iceberg clients form-encode path parameters (a space is "+")
-            value = unquote_plus(part, errors="strict")
-        except UnicodeDecodeError:
-            raise bad_request(f"path segment {part!r} is not UTF-8") from None
-        if (not value.strip() or value in (".", "..") or "/" in value or "\\" in value
-                or any(ord(ch) < 0x20 and ch != NAMESPACE_SEPARATOR for ch in value)):
-            raise bad_request(f"malformed path segment {part!r}")
-        decoded.append(value)
-    return decoded
-
-
-# -- metrics ----------------------------------------------------------------------------------------
-class RestMetrics:
-    def __init__(self) -> None:
-        self.registry = prom.CollectorRegistry()
-        self.requests = prom.Counter("strata_iceberg_rest_requests_total", "HTTP requests by endpoint and status",
-                                     ["method", "endpoint", "status"], registry=self.registry)
-        self.latency = prom.Histogram("strata_iceberg_rest_request_duration_seconds",
-                                      "Time to answer a request, by endpoint", ["method", "endpoint"],
-                                      buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10),
-                                      registry=self.registry)
-
-    def observe(self, method: str, endpoint: str, status: int, seconds: float) -> None:
-        self.requests.labels(method, endpoint, str(status)).inc()
-        self.latency.labels(method, endpoint).observe(seconds)
-
-    def render(self) -> bytes:
-        return prom.generate_latest(self.registry)
+def check_path_segment(part: str, value: str) -> None:
+    """Iceberg's rules for a path segment (`part`, `value` decoded): well-formed percent-encoding,
+    and not blank, ``.``/``..``, a path or a control character (but the namespace separator)."""
+    if _HEX.search(part):
+        raise RequestError(400, f"malformed percent-encoding in path segment {part!r}")
+    if (not value.strip() or value in (".", "..") or "/" in value or "\\" in value
+            or any(ord(ch) < 0x20 and ch != NAMESPACE_SEPARATOR for ch in value)):
+        raise RequestError(400, f"malformed path segment {part!r}")
 
 
 # -- HTTP -------------------------------------------------------------------------------------------
-class RestServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], rest: IcebergRestCatalog, token: str | None,
-                 metrics: RestMetrics | None = None):
-        super().__init__(address, RestHandler)
-        self.rest, self.token = rest, token
-        self.metrics = metrics or RestMetrics()
+ERROR_KINDS = {400: "BadRequestException", 401: "NotAuthorizedException"}  # of the shared layer's refusals
 
 
-class RestHandler(BaseHTTPRequestHandler):
-    server: RestServer
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in two writes: with Nagle's algorithm the body waits for the client's
-    # delayed ACK of the headers (40 ms on Linux), on every keep-alive request after the first.
-    disable_nagle_algorithm = True
-    timeout = 120  # seconds an idle keep-alive connection holds its thread
+class IcebergRestHandler(JsonHandler[IcebergRestCatalog]):
     server_version = "strata-iceberg-rest"
+    unauthorized_message = f"Not authorized: {JsonHandler.unauthorized_message}"
+    log = log
 
-    def version_string(self) -> str:
-        return self.server_version
+    def route(self, method: str, url: SplitResult) -> tuple[str, Answer]:
+        parts = split_path(url.path, check_path_segment)
+        route = next((r for r in ROUTES if r.match(parts)), None)
+        if route is None:
+            raise bad_request(f"{method} {url.path} is not an endpoint of this catalog")
+        rest, query = self.server.service, query_values(url.query)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug(format, *args)  # http.server's own lines (malformed requests); no headers in them
+        def answer(body: bytes) -> Any:
+            if method not in route.methods:
+                raise RestError(406, "UnsupportedOperationException",
+                                f"{method} {route.label}: this catalog is read-only (write through Strata)")
+            if method == "HEAD":
+                HEAD_HANDLERS.get(route.pattern, route.handler)(rest, parts, query)
+                return NO_CONTENT
+            return route.handler(rest, parts, query)
+        return route.label, answer
 
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass  # _answer logs each request once, with its endpoint and duration
-
-    def do_GET(self) -> None:
-        self._answer("GET")
-
-    def do_HEAD(self) -> None:
-        self._answer("HEAD")
-
-    def do_POST(self) -> None:
-        self._answer("POST")
-
-    def do_PUT(self) -> None:
-        self._answer("PUT")
-
-    def do_DELETE(self) -> None:
-        self._answer("DELETE")
-
-    def _answer(self, method: str) -> None:
-        began = time.perf_counter()
-        endpoint, status = "unknown", 500
-        try:
-            self._discard_body()
-            url = urlsplit(self.path)
-            if method == "GET" and url.path == "/health":
-                endpoint = "/health"
-                status = self._health()
-                return
-            if method == "GET" and url.path == "/metrics":
-                endpoint = "/metrics"
-                status = self._send_bytes(200, self.server.metrics.render(), prom.CONTENT_TYPE_LATEST, method)
-                return
-            try:
-                malformed: RestError | None = None
-                parts: list[str] = []
-                try:
-                    parts = split_path(url.path)
-                except RestError as exc:
-                    malformed = exc
-                route = next((r for r in ROUTES if r.match(parts)), None) if malformed is None else None
-                if route is not None:
-                    endpoint = route.label
-                self._authorize()  # before anything about the request is answered
-                if malformed is not None:
-                    raise malformed
-                if route is None:
-                    raise bad_request(f"{method} {url.path} is not an endpoint of this catalog")
-                if method not in route.methods:
-                    raise RestError(406, "UnsupportedOperationException",
-                                    f"{method} {route.label}: this catalog is read-only (write through Strata)")
-                query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-                if method == "HEAD":
-                    head = HEAD_HANDLERS.get(route.pattern, route.handler)
-                    head(self.server.rest, parts, query)
-                    status = self._send_bytes(204, b"", "application/json", method)
-                    return
-                payload = route.handler(self.server.rest, parts, query)
-                status = self._send_json(200, payload, method)
-            except InvalidNameError as exc:  # a name the catalog itself refused
-                status = self._send_json(400, bad_request(str(exc)).body(), method)
-            except RestError as exc:
-                status = self._send_json(exc.code, exc.body(), method)
-        except (BrokenPipeError, ConnectionResetError):  # the client left before the answer
-            status = 499
-            self.close_connection = True
-        except Exception as exc:  # the client gets the class only; the trace stays in the log
-            log.exception("%s %s failed", method, self.path)
-            error = RestError(500, "InternalServerError", f"{type(exc).__name__} (see the catalog server's log)")
-            status = self._send_json(500, error.body(), method)
-        finally:
-            seconds = time.perf_counter() - began
-            self.server.metrics.observe(method, endpoint, status, seconds)
-            log.info("%s %s %d %.1fms", method, self.path, status, seconds * 1000)
-
-    def _discard_body(self) -> None:
+    def read_body(self) -> bytes:
+        """None is needed (writes answer 406): it is discarded, whatever its size."""
         length = int(self.headers.get("Content-Length") or 0)
         while length > 0:
             chunk = self.rfile.read(min(length, 1 << 16))
             if not chunk:
                 break
             length -= len(chunk)
+        return b""
 
-    def _authorize(self) -> None:
-        token = self.server.token
-        if not token:
-            return
-        header = self.headers.get("Authorization") or ""
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
-            raise RestError(401, "NotAuthorizedException",
-                            "Not authorized: a valid 'Authorization: Bearer <token>' header is required")
+    def error_answer(self, exc: Exception) -> tuple[int, Any] | None:
+        if isinstance(exc, RequestError):
+            exc = RestError(exc.status, ERROR_KINDS.get(exc.status, "BadRequestException"), exc.message)
+        elif isinstance(exc, InvalidNameError):  # a name the catalog itself refused
+            exc = bad_request(str(exc))
+        return (exc.code, exc.body()) if isinstance(exc, RestError) else None
 
-    def _health(self) -> int:
-        try:
-            return self._send_json(200, self.server.rest.health(), "GET")
-        except Exception as exc:
-            log.warning("health: the catalog cannot be listed: %s: %s", type(exc).__name__, exc)
-            return self._send_json(503, {"status": "unavailable", "error": type(exc).__name__}, "GET")
-
-    def _send_json(self, status: int, payload: Any, method: str) -> int:
-        return self._send_bytes(status, json.dumps(payload).encode(), "application/json", method)
-
-    def _send_bytes(self, status: int, data: bytes, content_type: str, method: str) -> int:
-        self.send_response(status)
-        if status == 401:
-            self.send_header("WWW-Authenticate", 'Bearer realm="strata"')
-        if status != 204:
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if method != "HEAD" and status != 204:
-            self.wfile.write(data)
-        return status
+    def failure_body(self, exc: Exception) -> Any:
+        return RestError(500, "InternalServerError", f"{type(exc).__name__} (see the catalog server's log)").body()
 
 
 def start(rest: IcebergRestCatalog, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-          token: str | None = None) -> RestServer:
+          token: str | None = None) -> JsonServer[IcebergRestCatalog]:
     """Serve `rest` from a daemon thread; port 0 picks a free port (``server.server_port``)."""
-    server = RestServer((host, port), rest, token or None)
-    threading.Thread(target=server.serve_forever, name="iceberg-rest-http", daemon=True).start()
-    return server
+    return serve(IcebergRestHandler, rest, host, port, token, RequestMetrics("strata_iceberg_rest"),
+                 "iceberg-rest-http")
 
 
 # -- command line -------------------------------------------------------------------------------------
@@ -537,45 +418,26 @@ def client_s3_config(options: Mapping[str, str], env: Mapping[str, str]) -> dict
 
 
 def parse_args(argv: Sequence[str] | None, env: Mapping[str, str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m strata_platform.iceberg_rest", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--warehouse", default=env.get("STRATA_WAREHOUSE") or None,
-                        help="warehouse path or URI (default $STRATA_WAREHOUSE)")
-    parser.add_argument("--option", action="append", default=[], help="catalog option key=value (repeatable)")
-    parser.add_argument("--host", default=env.get("STRATA_ICEBERG_REST_HOST") or "127.0.0.1")
-    parser.add_argument("--port", type=int, default=int(env.get("STRATA_ICEBERG_REST_PORT") or DEFAULT_PORT))
-    args = parser.parse_args(argv)
-    if not args.warehouse:
-        parser.error("--warehouse (or STRATA_WAREHOUSE) is required")
-    return args
+    return parse_service_args(service_parser("python -m strata_platform.iceberg_rest", __doc__, env,
+                                             "STRATA_ICEBERG_REST_HOST", "STRATA_ICEBERG_REST_PORT", DEFAULT_PORT),
+                              argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     import strata
-    from strata_platform.serve import catalog_options, env_bool, load_secret_files, pairs, read_token
+    from strata_platform.serve import env_bool, read_token
 
-    env = dict(os.environ)
-    load_secret_files(env)
-    args = parse_args(argv, env)
-    logging.basicConfig(level=env.get("STRATA_LOG_LEVEL", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = {**catalog_options(env), **pairs(",".join(args.option))}
+    env, args, options = service_environment(argv, parse_args)
     vend = env_bool(env, "STRATA_ICEBERG_REST_VEND_S3", False)
     rest = IcebergRestCatalog(strata.load_catalog(args.warehouse, **options),
                               client_s3_config(options, env) if vend else {})
     token = read_token(env, "STRATA_ICEBERG_REST_TOKEN")
     server = start(rest, args.host, args.port, token)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    print(f"strata iceberg rest catalog ready on http://{args.host}:{server.server_port} "
-          f"(warehouse {args.warehouse}, {'bearer token required' if token else 'no authentication'}, "
-          f"S3 settings {'passed' if vend else 'not passed'} to clients)", flush=True)
-    stop.wait()
-    server.shutdown()
-    server.server_close()
-    print("strata iceberg rest catalog stopped", flush=True)
-    return 0
+    return serve_until_stopped(
+        server, f"strata iceberg rest catalog ready on http://{args.host}:{server.server_port} "
+                f"(warehouse {args.warehouse}, {'bearer token required' if token else 'no authentication'}, "
+                f"S3 settings {'passed' if vend else 'not passed'} to clients)",
+        "strata iceberg rest catalog stopped")
 
 
 if __name__ == "__main__":

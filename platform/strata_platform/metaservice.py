@@ -33,16 +33,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import re
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs
 
 import prometheus_client as prom
 
@@ -50,20 +47,25 @@ from strata.catalog import Catalog, load_catalog
 from strata.errors import StrataError
 from strata.lineage import consistent_set, lineage_graph, tag_consistent_set
 from strata.store import Identifier
+from strata_platform.http_service import (
+    Answer,
+    JsonHandler,
+    JsonServer,
+    RequestError,
+    RequestMetrics,
+    json_body,
+    parse_service_args,
+    serve,
+    serve_until_stopped,
+    service_environment,
+    service_parser,
+)
 
 log = logging.getLogger("strata.metaservice")
 DEFAULT_PORT = 19191
 STATE_FILE = "_metaservice/state.json"
 MAX_POINTS = 100  # tagged points remembered per pipeline
 _PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-class RequestError(ValueError):
-    """A bad request: answered with HTTP `status` and the message."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
 
 
 # -- state ----------------------------------------------------------------------------------------
@@ -99,12 +101,10 @@ class StateStore:
 
 
 # -- metrics ----------------------------------------------------------------------------------------
-class ServiceMetrics:
+class ServiceMetrics(RequestMetrics):
     def __init__(self) -> None:
-        self.registry = prom.CollectorRegistry()
+        super().__init__("strata_metaservice")  # requests by method, endpoint and status, and their latency
         r = self.registry
-        self.requests = prom.Counter("strata_metaservice_requests_total", "HTTP requests by route and status",
-                                     ["route", "status"], registry=r)
         self.pipelines = prom.Gauge("strata_metaservice_pipelines", "Registered pipelines", registry=r)
         self.tags = prom.Counter("strata_metaservice_tags_created_total", "Consistent points tagged",
                                  ["pipeline"], registry=r)
@@ -119,9 +119,6 @@ class ServiceMetrics:
         self.refresh_errors = prom.Counter("strata_metaservice_refresh_errors_total",
                                            "Failed background refreshes", registry=r)
 
-    def render(self) -> bytes:
-        return prom.generate_latest(self.registry)
-
 
 # -- the service ------------------------------------------------------------------------------------
 class MetaService:
@@ -135,14 +132,14 @@ class MetaService:
 
     def register(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         if not _PIPELINE_NAME.match(name):
-            raise RequestError(f"pipeline name {name!r} must be letters, digits, '.', '_' or '-'")
+            raise RequestError(400, f"pipeline name {name!r} must be letters, digits, '.', '_' or '-'")
         tables = body.get("tables")
         if not isinstance(tables, list) or not tables or not all(isinstance(t, str) for t in tables):
-            raise RequestError(f"pipeline {name}: 'tables' must be a non-empty list of 'db.table' names")
+            raise RequestError(400, f"pipeline {name}: 'tables' must be a non-empty list of 'db.table' names")
         for table in tables:
             Identifier.parse(table)
             if not self.catalog.table_exists(table):
-                raise RequestError(f"pipeline {name}: table {table} does not exist", 404)
+                raise RequestError(404, f"pipeline {name}: table {table} does not exist")
         prefix = str(body.get("tag_prefix") or "lineage")
         with self.lock:
             old = self.pipelines.get(name)
@@ -161,8 +158,7 @@ class MetaService:
 
     def _pipeline(self, name: str) -> Pipeline:
         if name not in self.pipelines:
-            raise RequestError(f"no pipeline {name!r} (registered: {', '.join(sorted(self.pipelines)) or '-'})",
-                               404)
+            raise RequestError(404, f"no pipeline {name!r} (registered: {', '.join(sorted(self.pipelines)) or '-'})")
         return self.pipelines[name]
 
     def consistent(self, name: str) -> dict[str, Any]:
@@ -181,7 +177,7 @@ class MetaService:
             tables = [self.catalog.get_table(t) for t in pipeline.tables]
             cset = consistent_set(tables)
             if cset is None:
-                raise RequestError(f"pipeline {name} has no consistent snapshot set yet", 409)
+                raise RequestError(409, f"pipeline {name} has no consistent snapshot set yet")
             tag = tag_consistent_set(tables, cset, pipeline.tag_prefix)
             self._observe_age(name, tables, cset.snapshots)
             if pipeline.points and pipeline.points[-1]["tag"] == tag:
@@ -192,6 +188,10 @@ class MetaService:
             self.store.save(self.pipelines)
             self.metrics.tags.labels(name).inc()
         return {**point, "created": True}
+
+    @staticmethod
+    def health() -> dict[str, Any]:
+        return {"status": "ok"}
 
     def points(self, name: str) -> dict[str, Any]:
         return {"pipeline": name, "points": list(self._pipeline(name).points)}
@@ -229,17 +229,16 @@ class MetaService:
 Route = Callable[[MetaService, list[str], dict[str, list[str]], dict[str, Any]], Any]
 
 
-def _routes() -> list[tuple[str, str, Route]]:
-    """(method, pattern of path segments, handler); '*' matches one segment."""
-    return [
-        ("GET", "graph", lambda s, p, q, b: s.graph(_split(q.get("tables")))),
-        ("GET", "pipelines", lambda s, p, q, b: {"pipelines": [vars(x) for x in s.pipelines.values()]}),
-        ("PUT", "pipelines/*", lambda s, p, q, b: s.register(p[1], b)),
-        ("DELETE", "pipelines/*", lambda s, p, q, b: s.forget(p[1])),
-        ("GET", "pipelines/*/consistent", lambda s, p, q, b: s.consistent(p[1])),
-        ("POST", "pipelines/*/tags", lambda s, p, q, b: s.tag(p[1])),
-        ("GET", "pipelines/*/points", lambda s, p, q, b: s.points(p[1])),
-    ]
+# (method, pattern of path segments, handler); '*' matches one segment
+ROUTES: tuple[tuple[str, str, Route], ...] = (
+    ("GET", "graph", lambda s, p, q, b: s.graph(_split(q.get("tables")))),
+    ("GET", "pipelines", lambda s, p, q, b: {"pipelines": [vars(x) for x in s.pipelines.values()]}),
+    ("PUT", "pipelines/*", lambda s, p, q, b: s.register(p[1], b)),
+    ("DELETE", "pipelines/*", lambda s, p, q, b: s.forget(p[1])),
+    ("GET", "pipelines/*/consistent", lambda s, p, q, b: s.consistent(p[1])),
+    ("POST", "pipelines/*/tags", lambda s, p, q, b: s.tag(p[1])),
+    ("GET", "pipelines/*/points", lambda s, p, q, b: s.points(p[1])),
+)
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -252,131 +251,68 @@ def _match(pattern: str, parts: list[str]) -> bool:
     return len(want) == len(parts) and all(w in ("*", p) for w, p in zip(want, parts, strict=True))
 
 
-def make_handler(service: MetaService) -> type[BaseHTTPRequestHandler]:
-    routes = _routes()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log.debug(fmt, *args)
-
-        def _answer(self, method: str) -> None:
-            url = urlsplit(self.path)
-            parts = [p for p in url.path.split("/") if p]
-            if method == "GET" and parts == ["health"]:
-                return self._send(200, "health", {"status": "ok"})
-            if method == "GET" and parts == ["metrics"]:
-                return self._send_bytes(200, "metrics", service.metrics.render(), prom.CONTENT_TYPE_LATEST)
-            for verb, pattern, handler in routes:
-                if verb == method and _match(pattern, parts):
-                    return self._call(pattern, handler, parts, parse_qs(url.query))
-            return self._send(404, "unknown", {"error": f"no route {method} {url.path}"})
-
-        def _call(self, route: str, handler: Route, parts: list[str], query: dict[str, list[str]]) -> None:
-            try:
-                body = self._body()
-                self._send(200, route, handler(service, parts, query, body))
-            except RequestError as exc:
-                self._send(exc.status, route, {"error": str(exc)})
-            except (StrataError, ValueError, KeyError) as exc:
-                self._send(400, route, {"error": f"{type(exc).__name__}: {exc}"})
-            except Exception as exc:  # keep serving; the log has the trace
-                log.exception("%s %s failed", self.command, self.path)
-                self._send(500, route, {"error": f"{type(exc).__name__}: {exc}"})
-
-        def _body(self) -> dict[str, Any]:
-            length = int(self.headers.get("Content-Length") or 0)
-            if not length:
-                return {}
-            try:
-                body = json.loads(self.rfile.read(length))
-            except ValueError as exc:
-                raise RequestError(f"request body is not JSON: {exc}") from None
-            if not isinstance(body, dict):
-                raise RequestError("request body must be a JSON object")
-            return body
-
-        def _send(self, status: int, route: str, payload: Any) -> None:
-            self._send_bytes(status, route, json.dumps(payload).encode(), "application/json")
-
-        def _send_bytes(self, status: int, route: str, data: bytes, content_type: str) -> None:
-            service.metrics.requests.labels(route, str(status)).inc()
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        # http.server dispatches to do_<METHOD>
-        def do_GET(self) -> None:
-            self._answer("GET")
-
-        def do_PUT(self) -> None:
-            self._answer("PUT")
-
-        def do_POST(self) -> None:
-            self._answer("POST")
-
-        def do_DELETE(self) -> None:
-            self._answer("DELETE")
-
-    return Handler
+def _object_body(raw: bytes) -> dict[str, Any]:
+    body = json_body(raw) if raw else {}
+    if not isinstance(body, dict):
+        raise RequestError(400, "request body must be a JSON object")
+    return body
 
 
-def start(service: MetaService, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> ThreadingHTTPServer:
+class MetaServiceHandler(JsonHandler[MetaService]):
+    server_version = "strata-metaservice"
+    log = log
+
+    def route(self, method: str, url: SplitResult) -> tuple[str, Answer]:
+        parts = [p for p in url.path.split("/") if p]
+        found = next(((pattern, handler) for verb, pattern, handler in ROUTES
+                      if verb == method and _match(pattern, parts)), None)
+        if found is None:
+            raise RequestError(404, f"no route {method} {url.path}")
+        (pattern, handler), service, query = found, self.server.service, parse_qs(url.query)
+        return "/" + pattern.replace("*", "{name}"), lambda body: handler(service, parts, query, _object_body(body))
+
+    def error_answer(self, exc: Exception) -> tuple[int, Any] | None:
+        if isinstance(exc, RequestError):
+            return exc.status, {"error": exc.message}
+        if isinstance(exc, (StrataError, ValueError, KeyError)):
+            return 400, {"error": f"{type(exc).__name__}: {exc}"}
+        return None
+
+    def failure_body(self, exc: Exception) -> Any:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def start(service: MetaService, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> JsonServer[MetaService]:
     """Serve `service` from a daemon thread; port 0 picks a free port (``server.server_port``)."""
-    server = ThreadingHTTPServer((host, port), make_handler(service))
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metaservice-http", daemon=True).start()
-    return server
+    return serve(MetaServiceHandler, service, host, port, None, service.metrics, "metaservice-http")
 
 
 # -- command line -------------------------------------------------------------------------------------
 def parse_args(argv: Sequence[str] | None, env: Mapping[str, str]) -> argparse.Namespace:
     """Flags, defaulting to the environment of the other Strata services (``strata_platform.serve``:
     STRATA_WAREHOUSE, STRATA_CATALOG_OPTIONS, STRATA_JDBC_*, METRICS_HOST, METRICS_PORT)."""
-    parser = argparse.ArgumentParser(prog="python -m strata_platform.metaservice", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--warehouse", default=env.get("STRATA_WAREHOUSE") or None,
-                        help="warehouse path or URI (default $STRATA_WAREHOUSE)")
-    parser.add_argument("--option", action="append", default=[], help="catalog option key=value (repeatable)")
+    parser = service_parser("python -m strata_platform.metaservice", __doc__, env, "METRICS_HOST", "METRICS_PORT",
+                            DEFAULT_PORT)
     parser.add_argument("--state", default=env.get("STRATA_METASERVICE_STATE") or None,
                         help=f"state document (default <warehouse>/{STATE_FILE})")
-    parser.add_argument("--host", default=env.get("METRICS_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(env.get("METRICS_PORT") or DEFAULT_PORT))
     parser.add_argument("--refresh-interval", type=float,
                         default=float(env.get("STRATA_METASERVICE_REFRESH_SECONDS") or 30.0),
                         help="seconds between lag refreshes")
     parser.add_argument("--tag-interval", type=float,
                         default=float(env.get("STRATA_METASERVICE_TAG_INTERVAL_SECONDS") or 0.0),
                         help="tag each pipeline's newest consistent point every S seconds (0: only on request)")
-    args = parser.parse_args(argv)
-    if not args.warehouse:
-        parser.error("--warehouse (or STRATA_WAREHOUSE) is required")
-    return args
+    return parse_service_args(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from strata_platform.serve import catalog_options, load_secret_files, pairs
-
-    env = dict(os.environ)
-    load_secret_files(env)
-    args = parse_args(argv, env)
-    logging.basicConfig(level=env.get("STRATA_LOG_LEVEL", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = {**catalog_options(env), **pairs(",".join(args.option))}
+    _env, args, options = service_environment(argv, parse_args)
     service = MetaService(load_catalog(args.warehouse, **options), args.state)
     server = start(service, args.host, args.port)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    interval = args.tag_interval or args.refresh_interval
-    print(f"strata metaservice ready on http://{args.host}:{server.server_port} "
-          f"({len(service.pipelines)} pipelines, state {service.store.path})", flush=True)
-    while not stop.wait(interval):
-        service.refresh(auto_tag=args.tag_interval > 0)
-    server.shutdown()
-    print("strata metaservice stopped", flush=True)
-    return 0
+    return serve_until_stopped(
+        server, f"strata metaservice ready on http://{args.host}:{server.server_port} "
+                f"({len(service.pipelines)} pipelines, state {service.store.path})",
+        "strata metaservice stopped", interval=args.tag_interval or args.refresh_interval,
+        every_interval=lambda: service.refresh(auto_tag=args.tag_interval > 0))
 
 
 if __name__ == "__main__":

@@ -160,7 +160,8 @@ class Stopper:
     def stopping(self) -> bool:
         return self.event.is_set()
 
-    def wait(self, seconds: float) -> bool:
+    def wait(self, seconds: float | None) -> bool:
+        """True once stopping; `seconds` None waits for a signal."""
         return self.event.wait(seconds)
 
 
