@@ -111,7 +111,8 @@ def check_deletion_vector_conflicts(live: Sequence[ManifestEntry], live_index: S
             raise CommitConflictError(
                 f"data file {name} of {where} got a deletion vector from a concurrent commit (index file "
                 f"{base[name]}) after this commit read it{restart}")
-    files = {e.file.file_name for e in live}
+    live_files = {e.file.file_name for e in live}
+    files = set(live_files)
     gone = set()
     for entry in entries:
         if entry.kind == FileKind.DELETE:
@@ -123,7 +124,7 @@ def check_deletion_vector_conflicts(live: Sequence[ManifestEntry], live_index: S
                     f"after this compaction read it; rewriting it would bring them back{restart}")
         else:
             files.add(entry.file.file_name)
-    stale, counts = _stale_vectors(live_index, {e.file.file_name for e in live}), _cardinalities(index_changes)
+    stale, counts = _stale_vectors(live_index, live_files), _cardinalities(index_changes)
     for name in added:
         carried = name in stale and stale[name] is not None and stale[name] == counts.get(name)
         if (name not in files or name in gone) and not carried:
