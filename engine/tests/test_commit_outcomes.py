@@ -114,12 +114,12 @@ def quick_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lock_module, "REPUT_ATTEMPTS", 2)
 
 
-def unsettled(mode: str, when: str, *then: Fault) -> Fault:
-    """An ambiguous write of snapshot 2 that stays ambiguous: under the lock, the committer's puts
-    of the same bytes fail too; then `then`."""
+def unsettled(mode: str, when: str, *then: Fault, snapshot: str = r"/snapshot/snapshot-2$") -> Fault:
+    """An ambiguous write of a snapshot (2) that stays ambiguous: under the lock, the committer's
+    puts of the same bytes fail too; then `then`."""
     if mode == "lock":
-        then = (Fault("write_bytes", SNAPSHOT_2, "before", times=lock_module.REPUT_ATTEMPTS, then=list(then)),)
-    return Fault("write_new", SNAPSHOT_2, when, then=list(then))
+        then = (Fault("write_bytes", snapshot, "before", times=lock_module.REPUT_ATTEMPTS, then=list(then)),)
+    return Fault("write_new", snapshot, when, then=list(then))
 
 
 def open_catalog(mode: str, root: Path, io: FaultyIO) -> FileSystemCatalog | JdbcCatalog:
@@ -413,6 +413,39 @@ def test_retried_write_that_landed_then_unreadable_is_unknown_not_cleaned(mode: 
         table.new_commit("job").commit(prepare(table, data([5])), identifier=1)
     assert_every_snapshot_readable(table)  # snapshot 2 names its manifest lists, all there
     assert ids(table) == [0, 1, 2, 5]
+
+
+def test_unknown_compaction_after_its_published_batch_leaves_the_commit_successful(mode: str, table: Table,
+                                                                                   io: FaultyIO) -> None:
+    """A writer's commit publishes its batch (APPEND, snapshot 2), then its compaction (COMPACT,
+    snapshot 3), whose outcome is unknown. The batch is in: the commit succeeds and says the
+    compaction failed, every file is kept, and a replay is skipped. Before, the commit raised, and
+    the replay found the batch only while snapshot 2 was still retained (the field run's double
+    count)."""
+    table.write(data(range(3)))
+    with table.new_write() as writer:
+        writer.write_arrow(data([10, 11]))
+        writer.compact(full=True)
+        messages = writer.prepare_commit(wait_compaction=True)
+    assert any(m.compact_after for m in messages)
+    snapshot_3 = r"/snapshot/snapshot-3$"
+    io.arm(unsettled(mode, "after", Fault("read_bytes", snapshot_3, times=2), snapshot=snapshot_3))
+    result = table.new_commit("job").commit(messages, identifier=4)
+    assert result.snapshot_ids == [2] and not result.skipped_as_duplicate
+    assert result.compaction_failure is not None and "CommitStateUnknownError" in result.compaction_failure
+    assert not any("/manifest/" in path for path in io.deleted)  # the compaction's manifest lists are kept
+    assert_every_snapshot_readable(table)
+    assert ids(reopened(table)) == [0, 1, 2, 10, 11]
+    assert table.new_commit("job").commit(prepare(table, data([10, 11])), identifier=4).skipped_as_duplicate
+    assert ids(reopened(table)) == [0, 1, 2, 10, 11]
+
+
+def test_replayed_write_is_skipped_before_writing_a_file(table: Table) -> None:
+    """Table.write checks the replay first: a restarted job's replay writes nothing at all."""
+    assert table.write(data([1, 2]), commit_user="job", identifier=1).snapshot_ids == [1]
+    files = {f for _, _, names in os.walk(table.path) for f in names}
+    replay = reopened(table).write(data([1, 2]), commit_user="job", identifier=1)
+    assert replay.skipped_as_duplicate and {f for _, _, names in os.walk(table.path) for f in names} == files
 
 
 def test_schema_change_with_a_lost_reply_is_settled_by_reading_back(table: Table, io: FaultyIO) -> None:

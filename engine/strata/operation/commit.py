@@ -2,7 +2,9 @@
 
 One commit publishes an APPEND (or OVERWRITE) snapshot for new files and, when there are
 compaction results, a COMPACT snapshot. Publishing never overwrites: a taken id means retry
-against the new latest snapshot. A replayed (commitUser, commitIdentifier) is a no-op.
+against the new latest snapshot. A replayed (commitUser, commitIdentifier) is a no-op. A COMPACT
+that fails after its APPEND published does not fail the commit: the batch is in, and the result
+says why its compaction is not (``CommitResult.compaction_failure``).
 
 Each publish attempt ends one of three ways (ARCHITECTURE decision 9):
 * published: snapshot-N is ours (also when an ambiguous write is read back and found ours);
@@ -25,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from strata import metrics
-from strata.errors import CommitFailedError, CommitStateUnknownError, SnapshotNotFoundError
+from strata.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, SnapshotNotFoundError
 from strata.fs import FileIO
 from strata.index.bucket_assigner import HashClaim, MergedIndexFiles, check_hash_claims, merge_bucket_index_files
 from strata.index.hash_index import hash_index_path, read_hashes, write_hash_index
@@ -53,6 +55,9 @@ class CommitResult:
     # work after the commit (strata.operation.callbacks) that failed: callback name -> error; the
     # commit itself stands
     callback_failures: dict[str, str] = field(default_factory=dict)
+    # the writer's compaction, when it failed after the APPEND snapshot published (the batch is in;
+    # its compaction is not): why
+    compaction_failure: str | None = None
 
     @property
     def published(self) -> bool:
@@ -104,9 +109,9 @@ class FileStoreCommit:
     # -- public API --------------------------------------------------------------------------
     def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
                properties: dict[str, str] | None = None, watermark: int | None = None) -> CommitResult:
-        if self._already_committed(identifier):
-            metrics.commit_duplicate(self.metric_table)
-            return CommitResult(skipped_as_duplicate=True)
+        replay = self.replay_of(identifier)
+        if replay is not None:
+            return replay
         merged = self._merge_hash_index_files(messages)
         with self._settling(merged):
             return self._commit_messages(merged.messages, identifier, properties, watermark)
@@ -136,9 +141,9 @@ class FileStoreCommit:
                   identifier: int = BATCH_COMMIT_IDENTIFIER,
                   properties: dict[str, str] | None = None) -> CommitResult:
         """Replace the given partitions (None: the whole table) with the messages' new files."""
-        if self._already_committed(identifier):
-            metrics.commit_duplicate(self.metric_table)
-            return CommitResult(skipped_as_duplicate=True)
+        replay = self.replay_of(identifier)
+        if replay is not None:
+            return replay
         # dynamic-bucket tables: the replaced partitions' hash index gives way to the writers' new one
         merged = self._merge_hash_index_files(messages)
         messages = merged.messages
@@ -203,24 +208,50 @@ class FileStoreCommit:
         self._user_scan = (latest, found)
         return found
 
-    # -- internals --------------------------------------------------------------------------
-    def _already_committed(self, identifier: int) -> bool:
+    def already_committed(self, identifier: int) -> bool:
+        """Whether this commit user already published `identifier` (or a later one)."""
         if identifier == BATCH_COMMIT_IDENTIFIER:
             return False
         last = self.last_committed_identifier()
         return last is not None and identifier <= last
 
+    def replay_of(self, identifier: int) -> CommitResult | None:
+        """The (skipped) result of a replay of a published identifier, or None."""
+        if not self.already_committed(identifier):
+            return None
+        metrics.commit_duplicate(self.metric_table)
+        return CommitResult(skipped_as_duplicate=True)
+
+    # -- internals --------------------------------------------------------------------------
     def _commit_changes(self, changes: list[_Change], identifier: int,
                         properties: dict[str, str] | None, watermark: int | None) -> CommitResult:
         result = CommitResult()
         for change in changes:
-            delta_metas = self.manifests.write_manifests(change.entries, self.paths) \
-                if change.overwrite_partitions is None else None
-            with metrics.observe_commit(self.metric_table, change.kind, result):
-                snapshot_id = self._try_commit(change, delta_metas, identifier, properties, watermark, result)
-                if snapshot_id is not None:
-                    result.snapshot_ids.append(snapshot_id)
+            try:
+                self._commit_change(change, identifier, properties, watermark, result)
+            except (CommitConflictError, CommitFailedError, CommitStateUnknownError, OSError) as exc:
+                if not (change.kind == CommitKind.COMPACT and result.snapshot_ids):
+                    raise
+                self._abandon_compaction(result, identifier, exc)
         return result
+
+    def _commit_change(self, change: _Change, identifier: int, properties: dict[str, str] | None,
+                       watermark: int | None, result: CommitResult) -> None:
+        delta_metas = self.manifests.write_manifests(change.entries, self.paths) \
+            if change.overwrite_partitions is None else None
+        with metrics.observe_commit(self.metric_table, change.kind, result):
+            snapshot_id = self._try_commit(change, delta_metas, identifier, properties, watermark, result)
+            if snapshot_id is not None:
+                result.snapshot_ids.append(snapshot_id)
+
+    def _abandon_compaction(self, result: CommitResult, identifier: int, exc: BaseException) -> None:
+        """The writer's compaction failed after its batch's APPEND was published: the batch is
+        committed, so the commit succeeds (a replay would count on that APPEND snapshot still being
+        retained). Its compaction files are kept for orphan cleanup (the outcome may be unknown)."""
+        result.compaction_failure = f"{type(exc).__name__}: {exc}"
+        log.warning("%s: commit of user %r identifier %s published snapshot(s) %s, but not its compaction "
+                    "(%s); a writer kept for later commits is now ahead of the table: replace it",
+                    self.table_path, self.commit_user, identifier, result.snapshot_ids, result.compaction_failure)
 
     def _try_commit(self, change: _Change, delta_metas: list | None, identifier: int,
                     properties: dict[str, str] | None, watermark: int | None,

@@ -36,8 +36,10 @@ class TableCommit:
     def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
                properties: Mapping[str, str] | None = None, watermark: int | None = None) -> CommitResult:
         """Publish the messages; a replayed (user, identifier) is skipped. Outcomes: a result (the
-        snapshots published, and any work after the commit that failed: `callback_failures`); an
-        error after which nothing was published; or CommitStateUnknownError (every file kept)."""
+        snapshots published, and any work after the commit that failed: `callback_failures`, or a
+        compaction that did not follow its published batch: `compaction_failure`, after which a
+        writer kept for more commits must be replaced); an error after which nothing was published;
+        or CommitStateUnknownError (every file kept)."""
         self._check_open()
         return self._committed(messages, identifier, lambda: self._commit.commit(
             messages, identifier, dict(properties or {}) or None, watermark))
@@ -101,6 +103,10 @@ class TableCommit:
 
     def last_committed_identifier(self) -> int | None:
         return self._commit.last_committed_identifier()
+
+    def replay_of(self, identifier: int) -> CommitResult | None:
+        """The skipped result of a replay of an identifier this commit user published, or None."""
+        return self._commit.replay_of(identifier)
 
     def _partition_bytes(self, partition: Mapping[str, Any]) -> bytes:
         schema = self.store.schema

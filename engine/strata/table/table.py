@@ -168,8 +168,13 @@ class Table:
         (whole table, or the static `partition`), 'overwrite-dynamic' (partitions written)."""
         if mode not in ("append", "overwrite", "overwrite-dynamic"):
             raise ValueError(f"unknown write mode {mode!r}: use append, overwrite or overwrite-dynamic")
-        messages = write_messages(self.store, data, row_kind, commit_user, overwrite=mode != "append")
         commit = self.new_commit(commit_user)
+        # a replay is skipped before any file is written, while the snapshot that holds it is
+        # surely still retained (the commit checks again)
+        replay = commit.replay_of(identifier) if identifier is not None else None
+        if replay is not None:
+            return replay
+        messages = write_messages(self.store, data, row_kind, commit_user, overwrite=mode != "append")
         ident = identifier if identifier is not None else 2**63 - 1
         if mode == "append":
             return commit.commit(messages, ident)

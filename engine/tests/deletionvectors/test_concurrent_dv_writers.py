@@ -71,11 +71,14 @@ def test_a_vector_on_a_file_a_concurrent_compaction_rewrote_conflicts(tmp_path: 
     table.compact(full=True, commit_user="compactor")  # rewrites the file, drops the vectors
     messages = writer.prepare_commit(wait_compaction=True)  # marks key 1 of the file it restored
     writer.close()
-    with pytest.raises(CommitConflictError, match="no longer live"):
-        table.new_commit("writer").commit(messages, 1)
-    # the writer's new rows were published (an APPEND of level-0 files); its compaction was not
+    result = table.new_commit("writer").commit(messages, 1)
+    # the writer's new rows were published (an APPEND of level-0 files); its compaction was not, and
+    # the commit says so rather than raising: the batch is in, and a replay must not count it again
     latest = table.latest_snapshot()
     assert latest is not None and latest.commit_user == "writer" and latest.commit_kind == CommitKind.APPEND
+    assert result.snapshot_ids == [latest.id]
+    assert result.compaction_failure is not None and "no longer live" in result.compaction_failure
+    assert table.new_commit("writer").commit(messages, 1).skipped_as_duplicate
     assert counts(table) == {**dict.fromkeys(BASE, 1), 1: 2, 2: 2}
 
 
