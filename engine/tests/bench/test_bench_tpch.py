@@ -16,8 +16,8 @@ from strata_platform.tpch import queries
 def test_the_cached_run_is_keyed_by_source_revision(tmp_path, monkeypatch) -> None:
     revision = tpch.source_revision()
     assert revision == tpch.source_revision()
-    planted = {"scale_factor": 0.01, "planted": True}
-    (tmp_path / f"tpch-sf0.01-{revision}.json").write_text(json.dumps(planted))
+    planted = {"scale_factor": tpch.BENCH_SCALE_FACTOR, "planted": True}
+    (tmp_path / f"tpch-sf{tpch.BENCH_SCALE_FACTOR:g}-{revision}.json").write_text(json.dumps(planted))
     assert tpch.run_once(str(tmp_path), 1.0) == planted  # this revision's run is shared
     monkeypatch.setattr(tpch, "REFRESH_ROUNDS", tpch.REFRESH_ROUNDS + 1)
     assert tpch.source_revision() != revision  # other settings: another run

@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m strata_platform.tpch", description=__doc__.splitlines()[0])
     parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (0.01 is Trino's 'tiny')")
     parser.add_argument("--refresh", type=int, default=2, help="refresh rounds (RF1 + RF2 each)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="timed rounds per query after a warm-up of both Trino sides, in alternating order "
+                             "(the fastest counts; 1: one cold run each)")
     parser.add_argument("--out-dir", default=str(REPO_ROOT / "build"), help="where the SVG and JSON go")
     return parser
 
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['parquet_load_s']['total']:.1f} s, Trino CTAS {result['native_load_s']['total']:.1f} s", flush=True)
     result["rows"] = {name: count for name, (count, _) in tpch.verify_load().items()}
     print(f"row counts and checksums equal the source: {result['rows']}", flush=True)
-    phases = {"after load": tpch.run_all()}
+    phases = {"after load": tpch.run_all(repeat=args.repeat)}
     rounds = []
     for round_no in range(1, args.refresh + 1):
         native = tpch.refresh_native(round_no)
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
               f"Trino sees it after {visible:.2f} s", flush=True)
     result["refresh"] = rounds
     if rounds:
-        phases[f"after {len(rounds)} refresh rounds"] = tpch.run_all()
+        phases[f"after {len(rounds)} refresh rounds"] = tpch.run_all(repeat=args.repeat)
     print(report.table(phases))
     for phase, runs in phases.items():
         ratios = report.ratios(runs)
