@@ -46,3 +46,26 @@ def test_each_query_names_the_tables_its_run_plans() -> None:
     # whole words: partsupp is not part, n_nationkey is not nation
     assert queries.tables_of(queries.render(16, 0.01)) == ("part", "supplier", "partsupp")
     assert queries.tables_of(queries.render(13, 0.01)) == ("customer", "orders")
+
+
+def test_trino_sides_are_warmed_then_timed_in_alternating_order() -> None:
+    """Each query runs once per side to warm it, then in rounds whose order alternates; the
+    fastest round counts. Before, Strata's side ran first on a cold Trino, every time."""
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def query(self, sql: str) -> list[list[int]]:
+            self.calls.append("strata" if "strata." in sql else "native")
+            return [[len(self.calls)]]
+
+    from strata_platform.tpch.workload import Tpch
+
+    trino = Recorder()
+    run = Tpch(0.01, spark=None, trino=trino, rest=None, progress=lambda line: None)  # type: ignore[arg-type]
+    runs = run.run_trino_pair((1, 6), repeat=3)
+    per_query = ["strata", "native", "strata", "native", "native", "strata", "strata", "native"]
+    assert trino.calls == per_query * 2
+    assert runs["trino_strata"][1].rows == [(1,)] and runs["trino_native"][1].rows == [(2,)]  # the warm-up's rows
+    assert set(runs) == {"trino_strata", "trino_native"} and set(runs["trino_native"]) == {1, 6}
