@@ -39,7 +39,8 @@ def kafka() -> Iterator[Service]:
 
 
 @pytest.fixture(scope="session")
-def trino() -> Iterator[Service]:
+def trino(minio: Service, postgres: Service) -> Iterator[Service]:
+    """Trino, with what its catalogs reach: MinIO, and PostgreSQL for its own Iceberg catalog (native)."""
     yield from provide("trino")
 
 

@@ -36,10 +36,16 @@ out = scan.to_arrow()
 with ipc.new_file(request["out"], out.schema) as writer:
     writer.write_table(out)
 files = table.inspect.files() if request.get("files") else None
+tasks = list(scan.plan_files())
+def by_id(values):
+    return {str(k): v for k, v in (values or {}).items()}
+layouts = {t.file.file_path: {"column_sizes": by_id(t.file.column_sizes), "value_counts": by_id(t.file.value_counts),
+                              "split_offsets": t.file.split_offsets} for t in tasks}
 print(json.dumps({"snapshots": [s.snapshot_id for s in table.snapshots()],
                   "current": table.current_snapshot().snapshot_id if table.current_snapshot() else None,
-                  "planned": len(list(scan.plan_files())),
-                  "files": files.num_rows if files is not None else None}))
+                  "planned": len(tasks),
+                  "files": files.num_rows if files is not None else None,
+                  "layouts": layouts}))
 """
 
 

@@ -64,6 +64,9 @@ position-delete file, or (format 3) a deletion vector, a blob of a Puffin file."
     first_row_id: int | None = None  # format 3; None: inherited from the manifest's first_row_id
     content_offset: int | None = None  # format 3 deletion vectors: the blob within the Puffin file
     content_size: int | None = None
+    column_sizes: dict[int, int] = field(default_factory=dict)  # from the footer (strata.iceberg.layout)
+    value_counts: dict[int, int] = field(default_factory=dict)
+    split_offsets: list[int] | None = None
 
 
 @dataclass
@@ -114,12 +117,18 @@ def entry_schema(spec: Sequence[PartitionField], format_version: int = FORMAT_VE
         {"name": "partition", "type": partition, "field-id": 102},
         {"name": "record_count", "type": "long", "field-id": 103},
         {"name": "file_size_in_bytes", "type": "long", "field-id": 104},
+        {"name": "column_sizes", "type": _optional(_map("k117_v118", 117, 118, "long")),
+         "default": None, "field-id": 108},
+        {"name": "value_counts", "type": _optional(_map("k119_v120", 119, 120, "long")),
+         "default": None, "field-id": 109},
         {"name": "null_value_counts", "type": _optional(_map("k121_v122", 121, 122, "long")),
          "default": None, "field-id": 110},
         {"name": "lower_bounds", "type": _optional(_map("k126_v127", 126, 127, "bytes")),
          "default": None, "field-id": 125},
         {"name": "upper_bounds", "type": _optional(_map("k129_v130", 129, 130, "bytes")),
          "default": None, "field-id": 128},
+        {"name": "split_offsets", "type": _optional({"type": "array", "items": "long", "element-id": 133}),
+         "default": None, "field-id": 132},
         {"name": "referenced_data_file", "type": _optional("string"), "default": None, "field-id": 143},
     ]
     if format_version >= 3:
@@ -183,8 +192,10 @@ def encode_manifest(entries: Iterable[Entry], spec: Sequence[PartitionField], sp
             "partition": {p.name: avro_partition_value(v, p.iceberg_type)
                           for p, v in zip(spec, e.file.partition, strict=True)},
             "record_count": e.file.record_count, "file_size_in_bytes": e.file.file_size,
+            "column_sizes": _pairs(e.file.column_sizes), "value_counts": _pairs(e.file.value_counts),
             "null_value_counts": _pairs(e.file.null_counts), "lower_bounds": _pairs(e.file.lower_bounds),
-            "upper_bounds": _pairs(e.file.upper_bounds), "referenced_data_file": e.file.referenced_data_file,
+            "upper_bounds": _pairs(e.file.upper_bounds), "split_offsets": e.file.split_offsets,
+            "referenced_data_file": e.file.referenced_data_file,
             **({"first_row_id": e.file.first_row_id, "content_offset": e.file.content_offset,
                 "content_size_in_bytes": e.file.content_size} if v3 else {}),
         }} for e in entries)
@@ -236,7 +247,9 @@ def decode_entries(data: bytes, spec: Sequence[PartitionField], where: str) -> l
             {p["key"]: p["value"] for p in f.get("null_value_counts") or []},
             {p["key"]: p["value"] for p in f.get("lower_bounds") or []},
             {p["key"]: p["value"] for p in f.get("upper_bounds") or []}, f.get("referenced_data_file"),
-            f["file_format"], f.get("first_row_id"), f.get("content_offset"), f.get("content_size_in_bytes"))))
+            f["file_format"], f.get("first_row_id"), f.get("content_offset"), f.get("content_size_in_bytes"),
+            {p["key"]: p["value"] for p in f.get("column_sizes") or []},
+            {p["key"]: p["value"] for p in f.get("value_counts") or []}, f.get("split_offsets"))))
     return out
 
 

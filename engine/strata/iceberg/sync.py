@@ -43,6 +43,7 @@ from strata.format import binary_row
 from strata.iceberg import manifests as im
 from strata.iceberg import statistics, versions
 from strata.iceberg.deletes import DeleteFiles
+from strata.iceberg.layout import FileLayout, read_layouts
 from strata.iceberg.location import enabled, latest_metadata_location, table_location
 from strata.iceberg.metadata import SCHEMA_ONLY_VERSION, MetadataBuilder
 from strata.iceberg.status import report_failure, report_success
@@ -326,7 +327,7 @@ class IcebergSync:
             return None  # Paimon's format-3 deletes point into its index files: replaced by Puffin files
         if not visible:
             return carried, []
-        entries = [im.Entry(im.ADDED, snapshot.id, snapshot.id, self._data_file(e)) for e in visible]
+        entries = [im.Entry(im.ADDED, snapshot.id, snapshot.id, f) for f in self._data_files(visible, {})]
         return carried, [self._write_manifest(entries, im.DATA, snapshot.id)]
 
     def _index_changed(self, snapshot: Snapshot) -> bool:
@@ -337,10 +338,10 @@ class IcebergSync:
 
     def _full(self, snapshot: Snapshot, previous: dict[str, Any] | None) -> list[im.ManifestFile]:
         visible = self._visible(TableScan(self.store, snapshot_id=snapshot.id).plan_entries(snapshot))
+        files = self._data_files(visible, self._known_layouts(previous))
         out = []
-        for start in range(0, len(visible), MANIFEST_CHUNK):
-            entries = [im.Entry(im.ADDED, snapshot.id, snapshot.id, self._data_file(e))
-                       for e in visible[start:start + MANIFEST_CHUNK]]
+        for start in range(0, len(files), MANIFEST_CHUNK):
+            entries = [im.Entry(im.ADDED, snapshot.id, snapshot.id, f) for f in files[start:start + MANIFEST_CHUNK]]
             out.append(self._write_manifest(entries, im.DATA, snapshot.id))
         if self.deletion_vectors:
             deletes = self.deletes.for_snapshot(snapshot, visible, previous, self.format_version)
@@ -398,11 +399,35 @@ class IcebergSync:
         bucket_dir = self.store.paths.bucket_dir(self.store.partition_dir(values), entry.bucket)
         return f"{bucket_dir}/{entry.file.file_name}"
 
-    def _data_file(self, entry: ManifestEntry) -> im.DataFile:
+    def _data_files(self, entries: Sequence[ManifestEntry], known: dict[str, FileLayout]) -> list[im.DataFile]:
+        """The Iceberg data files of `entries`, with the layouts `known` (path -> layout) and the
+        footers of the others read now."""
+        paths = [self._path(e) for e in entries]
+        read = read_layouts(self.file_io, [p for p in paths if p not in known])
+        return [self._data_file(e, p, known.get(p) or read.get(p)) for e, p in zip(entries, paths, strict=True)]
+
+    def _known_layouts(self, previous: dict[str, Any] | None) -> dict[str, FileLayout]:
+        """The layouts the previous metadata's data manifests hold (a rewrite carries them on)."""
+        if current_id(previous) is None:
+            return {}
+        assert previous is not None
+        known = {}
+        for manifest in im.read_manifest_list(self.file_io, current_snapshot(previous)["manifest-list"]):
+            if manifest.content != im.DATA:
+                continue
+            for entry in im.read_entries(self.file_io, manifest, self.spec):
+                f = entry.file
+                if f.column_sizes or f.split_offsets:
+                    known[f.path] = FileLayout(f.column_sizes, f.split_offsets or [])
+        return known
+
+    def _data_file(self, entry: ManifestEntry, path: str, layout: FileLayout | None) -> im.DataFile:
         f = entry.file
         null_counts, lower, upper = self._stats(f)
-        return im.DataFile(0, self._path(entry), self._partition(entry.partition), f.row_count, f.file_size,
-                           null_counts, lower, upper)
+        return im.DataFile(0, path, self._partition(entry.partition), f.row_count, f.file_size, null_counts, lower,
+                           upper, column_sizes=layout.column_sizes if layout else {},
+                           value_counts=dict.fromkeys(null_counts, f.row_count),
+                           split_offsets=(layout.split_offsets or None) if layout else None)
 
     def _stats(self, f: DataFileMeta) -> tuple[dict[int, int], dict[int, bytes], dict[int, bytes]]:
         """Column null counts and bounds by field id, for the columns whose type is unchanged."""

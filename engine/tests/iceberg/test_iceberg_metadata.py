@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg_oracle import read_iceberg
 
@@ -17,7 +18,10 @@ import strata
 from strata.cli import main as cli
 from strata.errors import OptionError
 from strata.iceberg import IcebergSync, latest_metadata_location
+from strata.iceberg import sync as sync_module
+from strata.iceberg.layout import read_layouts
 from strata.iceberg.manifests import ManifestFile, decode_manifest_list, encode_manifest_list
+from strata.io import data_file_writer
 from strata.table.table import Table
 
 pytestmark = pytest.mark.pyiceberg
@@ -252,3 +256,51 @@ def test_manifest_list_codecs_round_trip(codec: str) -> None:
     manifests = [ManifestFile(f"s3://b/m{i}.avro", 100 + i, i % 2, 7, 5, 7, 3, 1, 30, 10, []) for i in range(50)]
     data = encode_manifest_list(manifests, 7, 6, 7, codec)
     assert decode_manifest_list(data, "list") == manifests
+
+
+def _footer_layout(table: Table, path: str) -> dict[str, Any]:
+    """Column sizes by field id and row-group offsets, summed from the file's footer with pyarrow."""
+    with table.file_io.open_input_file(path) as f:
+        meta = pq.ParquetFile(f).metadata
+    ids = {fd.name: fd.id for fd in table.schema.fields}
+    sizes: dict[str, int] = {}
+    offsets = []
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        first = group.column(0)
+        offsets.append(first.dictionary_page_offset if first.has_dictionary_page else first.data_page_offset)
+        for c in range(group.num_columns):
+            name = group.column(c).path_in_schema
+            if name in ids:
+                sizes[str(ids[name])] = sizes.get(str(ids[name]), 0) + group.column(c).total_compressed_size
+    return {"column_sizes": sizes, "split_offsets": offsets}
+
+
+def test_manifests_carry_column_sizes_and_split_offsets(catalog: strata.Catalog, warehouse_options: dict[str, str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each data file's column sizes and row-group offsets, as its footer gives them, reach an
+    Iceberg reader (Trino sizes VARCHAR columns from them); a rewrite of the manifests (the
+    compaction's snapshot) carries them on without reading a footer again."""
+    monkeypatch.setattr(data_file_writer, "ROW_GROUP_BYTES", 1)  # 32k-row groups: several per file
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    table = catalog.create_table("db.layout", schema, options={**ICEBERG, "bucket": "1", "bucket-key": "id"})
+    for start in (0, 70_000):
+        table.write(pa.table({"id": range(start, start + 70_000),
+                              "name": [f"n{i}" * (1 + i % 5) for i in range(start, start + 70_000)]}, schema=schema))
+    _, facts = iceberg(table, warehouse_options)
+    layouts = facts["layouts"]
+    assert len(layouts) == 2
+    for path, layout in layouts.items():
+        assert {k: layout[k] for k in ("column_sizes", "split_offsets")} == _footer_layout(table, path)
+        assert len(layout["split_offsets"]) == 3 and layout["value_counts"] == {"0": 70_000, "1": 70_000}
+
+    footers_read: list[str] = []
+    monkeypatch.setattr(sync_module, "read_layouts",
+                        lambda io, paths: footers_read.extend(paths) or read_layouts(io, paths))
+    table.write(pa.table({"id": [1], "name": ["x"]}, schema=schema))  # an APPEND: only its own footer
+    assert len(footers_read) == 1
+    table.compact(full=True)  # a rewrite: the compacted file's footer is new, nothing else is read
+    assert len(footers_read) == 2
+    _, facts = iceberg(table, warehouse_options)
+    ((path, layout),) = facts["layouts"].items()
+    assert footers_read[-1] == path and layout["column_sizes"] == _footer_layout(table, path)["column_sizes"]

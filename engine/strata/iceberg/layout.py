@@ -1,0 +1,73 @@
+"""What an Iceberg manifest says of a data file's layout, from its Parquet footer: the bytes each
+column takes (``column_sizes``: Trino sizes VARCHAR columns from them when it orders joins) and
+where each row group starts (``split_offsets``: split planning cuts files there).
+
+Paimon's file metadata has neither, so the Iceberg sync reads the footers of the files it adds,
+once: a footer is a ranged GET of the file's tail (after a HEAD), read in parallel, and the manifests carry the
+result on from sync to sync (a rewrite takes the layouts of the files it carries from the
+previous manifests, see strata.iceberg.sync).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow.parquet as pq
+
+from strata.fs import FileIO
+
+log = logging.getLogger(__name__)
+
+READERS = 16  # footers read at once (each a GET of the file's tail)
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    column_sizes: dict[int, int]  # field id -> compressed bytes of its column chunks
+    split_offsets: list[int]  # each row group's first byte, ascending
+
+
+def file_layout(metadata: pq.FileMetaData) -> FileLayout:
+    """The layout of a Parquet file from its footer. Sizes are given for top-level primitive
+    columns with a field id (a nested column's leaves are not summed into it)."""
+    ids: dict[str, int] = {}
+    for f in metadata.schema.to_arrow_schema():
+        field_id = (f.metadata or {}).get(b"PARQUET:field_id")
+        if field_id is not None:
+            ids[f.name] = int(field_id)
+    sizes: dict[int, int] = {}
+    offsets = []
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        first = group.column(0) if group.num_columns else None
+        if first is not None:
+            dictionary = first.dictionary_page_offset
+            offsets.append(min(first.data_page_offset, dictionary) if first.has_dictionary_page and dictionary
+                           else first.data_page_offset)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            field_id = ids.get(chunk.path_in_schema)
+            if field_id is not None:
+                sizes[field_id] = sizes.get(field_id, 0) + chunk.total_compressed_size
+    return FileLayout(sizes, sorted(offsets))
+
+
+def read_layouts(file_io: FileIO, paths: Sequence[str]) -> dict[str, FileLayout]:
+    """The layouts of the Parquet files at `paths`, by path. A footer that cannot be read is left out (the
+    manifest then lacks these optional fields for that file) and logged once."""
+    def read(path: str) -> FileLayout | None:
+        try:
+            with file_io.open_input_file(path) as f:
+                return file_layout(pq.ParquetFile(f).metadata)
+        except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
+            log.info("Iceberg sync: footer of %s not read (%s); its manifest entry has no column sizes", path, exc)
+            return None
+
+    if not paths:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(READERS, len(paths)), thread_name_prefix="strata-footers") as pool:
+        layouts = list(pool.map(read, paths))
+    return {path: layout for path, layout in zip(paths, layouts, strict=True) if layout is not None}
