@@ -240,6 +240,25 @@ def test_write_that_never_landed_is_retried_once(mode: str, table: Table, io: Fa
     assert_every_snapshot_readable(table)
 
 
+@pytest.mark.parametrize("mode", ["atomic"])  # under the lock the same bytes are put again before the release
+def test_failed_read_after_an_ambiguous_attempt_is_unknown(table: Table, io: FaultyIO) -> None:
+    """The first attempt's write fails and its read-back finds snapshot 2 absent (it may still
+    land); the next attempt cannot read the table. Before, that read's OSError reached the caller
+    as a plain failure: nothing said the commit could still be published."""
+    table.write(data(range(3)))
+    before = len(io.fired)
+    io.arm(Fault("write_new", SNAPSHOT_2, "before",
+                 then=[Fault("read_bytes", r"/snapshot/snapshot-1$", "before", times=10)]))
+    messages = prepare(table, data([10]))
+    with pytest.raises(CommitStateUnknownError, match="identifier 1"):
+        table.new_commit("job").commit(messages, identifier=1)
+    assert len(io.fired) > before + 1  # the write failed, then a read of the table did
+    assert not any("/manifest/" in path for path in io.deleted)  # nothing cleaned up
+    io.faults.clear()
+    assert table.new_commit("job").commit(prepare(table, data([10])), identifier=1).snapshot_ids == [2]
+    assert ids(reopened(table)) == [0, 1, 2, 10]
+
+
 def test_late_landing_of_an_ambiguous_attempt_is_found_not_published_twice(table: Table, io: FaultyIO) -> None:
     """The read-back of an ambiguous write finds N absent; the write lands afterwards (a delayed
     request) and the retry at N then finds N taken: the retry must recognise its own earlier

@@ -267,14 +267,15 @@ class FileStoreCommit:
         last_failure = "snapshot ids kept being taken; there may be commit conflicts between multiple jobs"
         for attempt in range(max_retries + 1):
             result.attempts += 1
-            latest = self.snapshots.latest()
-            if attempt > 0:
-                landed = self._published_meanwhile(seen_latest, latest, identifier, change.kind, unsettled)
-                if landed is not None:
-                    return landed
-            seen_latest = latest.id if latest else 0
-            first_seen = seen_latest if first_seen is None else first_seen
-            snapshot = self._build_snapshot(change, delta_metas, latest, identifier, properties, watermark)
+            with self._unknown_on_failure(unsettled, identifier):
+                latest = self.snapshots.latest()
+                if attempt > 0:
+                    landed = self._published_meanwhile(seen_latest, latest, identifier, change.kind)
+                    if landed is not None:
+                        return landed
+                seen_latest = latest.id if latest else 0
+                first_seen = seen_latest if first_seen is None else first_seen
+                snapshot = self._build_snapshot(change, delta_metas, latest, identifier, properties, watermark)
             if snapshot is None:
                 return None
             self.snapshots.expected_parent = latest  # publish fails if a fast-forward replaced it
@@ -295,11 +296,28 @@ class FileStoreCommit:
             wait = min(max_wait, min_wait * (2 ** attempt)) * (0.5 + random.random())
             time.sleep(wait / 1000)
         if unsettled:  # a late landing of an ambiguous attempt is ours all the same
-            landed = self._published_meanwhile(first_seen, self.snapshots.latest(), identifier, change.kind, True)
+            with self._unknown_on_failure(unsettled, identifier):
+                landed = self._published_meanwhile(first_seen, self.snapshots.latest(), identifier, change.kind)
             if landed is not None:
                 return landed
         raise CommitFailedError(
             f"commit to {self.table_path} failed after {result.attempts} attempts, nothing published: {last_failure}")
+
+    @contextlib.contextmanager
+    def _unknown_on_failure(self, unsettled: bool, identifier: int) -> Iterator[None]:
+        """After an ambiguous write of an earlier attempt, a read that fails leaves the outcome
+        unknown: that attempt may still be the one published."""
+        try:
+            yield
+        except OSError as exc:
+            if not unsettled:
+                raise
+            metrics.commit_state_unknown(self.metric_table)
+            raise CommitStateUnknownError(
+                f"commit to {self.table_path}: an earlier attempt's write was ambiguous and the table cannot be "
+                f"read to learn whether it landed ({exc}). Every file of the commit is kept; read the table again "
+                f"(a snapshot of commit user {self.commit_user!r} with identifier {identifier} means it landed; a "
+                "replay with the same user and identifier is then skipped).") from exc
 
     def _publish(self, snapshot: Snapshot, identifier: int, result: CommitResult) -> str:
         """Publish one attempt: _PUBLISHED, _TAKEN (definitely not, and nothing of ours is at N)
@@ -340,10 +358,10 @@ class FileStoreCommit:
                 "files of a commit that did not land.")
 
     def _published_meanwhile(self, seen: int | None, latest: Snapshot | None, identifier: int,
-                             kind: str, unsettled: bool) -> int | None:
+                             kind: str) -> int | None:
         """After a failed attempt: the id of a snapshot an earlier attempt of ours published
-        after all (seen+1 .. latest), if any. When an earlier write was ambiguous and this
-        cannot be read, the outcome is unknown."""
+        after all (seen+1 .. latest), if any (callers make a failed read after an ambiguous
+        write an unknown outcome: _unknown_on_failure)."""
         if latest is None or seen is None:
             return None
         for sid in range(seen + 1, latest.id + 1):
@@ -351,15 +369,6 @@ class FileStoreCommit:
                 snap = latest if sid == latest.id else self.snapshots.snapshot(sid)
             except SnapshotNotFoundError:
                 continue  # expired meanwhile
-            except OSError as exc:
-                if not unsettled:
-                    raise
-                metrics.commit_state_unknown(self.metric_table)
-                raise CommitStateUnknownError(
-                    f"commit to {self.table_path}: an earlier attempt's write was ambiguous and snapshot {sid} "
-                    f"cannot be read to learn whether it is ours ({exc}). Every file of the commit is kept; read "
-                    f"the table again (a snapshot of commit user {self.commit_user!r} with identifier {identifier} "
-                    "means it landed; a replay with the same user and identifier is then skipped).") from exc
             if (snap.commit_user == self.commit_user and snap.commit_identifier == identifier
                     and snap.commit_kind in _KINDS_OF[kind]):
                 return sid
