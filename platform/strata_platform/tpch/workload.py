@@ -259,16 +259,6 @@ class Tpch:
             time.sleep(0.05)
 
     # -- queries ------------------------------------------------------------------------------------
-    def run_trino(self, catalog: str, numbers: tuple[int, ...] = queries.QUERY_IDS,
-                  repeat: int = 1) -> dict[int, QueryRun]:
-        """Each query `repeat` times in a row: the fastest run's seconds, the first run's rows."""
-        out: dict[int, QueryRun] = {}
-        for number in numbers:
-            sql = queries.render(number, self.scale_factor, f"{catalog}.{self.database}.")
-            out[number] = _fastest(functools.partial(self.query, sql), repeat)
-            self.progress(f"  Trino {catalog} Q{number}: {out[number].seconds:.2f} s")
-        return out
-
     def run_trino_pair(self, numbers: tuple[int, ...] = queries.QUERY_IDS,
                        repeat: int = 1) -> dict[str, dict[int, QueryRun]]:
         """Each query on Trino over Strata and Trino native side by side, fairly: both warmed by a
