@@ -170,8 +170,10 @@ class Table:
             raise ValueError(f"unknown write mode {mode!r}: use append, overwrite or overwrite-dynamic")
         commit = self.new_commit(commit_user)
         # a replay is skipped before any file is written, while the snapshot that holds it is
-        # surely still retained (the commit checks again)
-        replay = commit.replay_of(identifier) if identifier is not None else None
+        # surely still retained (the commit checks again); with a log store it goes through the
+        # commit, whose log callback repairs the published commit's log (strata.log.kafka)
+        logged = str(self.store.core.get("log.system")) == "kafka"
+        replay = commit.replay_of(identifier) if identifier is not None and not logged else None
         if replay is not None:
             return replay
         messages = write_messages(self.store, data, row_kind, commit_user, overwrite=mode != "append")
