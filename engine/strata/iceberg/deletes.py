@@ -24,11 +24,7 @@ def previous_deletes(store: FileStore, spec: Sequence[im.PartitionField],
     """The delete files the current snapshot of `previous` lists."""
     if previous is None or current_id(previous) is None:
         return []
-    out = []
-    for m in im.read_manifest_list(store.file_io, current_snapshot(previous)["manifest-list"]):
-        if m.content == im.DELETES:
-            out += [e.file for e in im.read_entries(store.file_io, m, spec)]
-    return out
+    return im.listed_files(store.file_io, current_snapshot(previous)["manifest-list"], spec, im.DELETES)
 
 
 class DeleteFiles:

@@ -287,3 +287,9 @@ def read_manifest_list(file_io: FileIO, path: str) -> list[ManifestFile]:
 
 def read_entries(file_io: FileIO, manifest: ManifestFile, spec: Sequence[PartitionField]) -> list[Entry]:
     return decode_entries(file_io.read_bytes(manifest.path), spec, manifest.path)
+
+
+def listed_files(file_io: FileIO, manifest_list: str, spec: Sequence[PartitionField], content: int) -> list[DataFile]:
+    """The data (or delete) files a snapshot's manifest list names."""
+    return [e.file for m in read_manifest_list(file_io, manifest_list) if m.content == content
+            for e in read_entries(file_io, m, spec)]

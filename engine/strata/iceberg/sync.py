@@ -408,18 +408,11 @@ class IcebergSync:
 
     def _known_layouts(self, previous: dict[str, Any] | None) -> dict[str, FileLayout]:
         """The layouts the previous metadata's data manifests hold (a rewrite carries them on)."""
-        if current_id(previous) is None:
+        if previous is None or current_id(previous) is None:
             return {}
-        assert previous is not None
-        known = {}
-        for manifest in im.read_manifest_list(self.file_io, current_snapshot(previous)["manifest-list"]):
-            if manifest.content != im.DATA:
-                continue
-            for entry in im.read_entries(self.file_io, manifest, self.spec):
-                f = entry.file
-                if f.column_sizes or f.split_offsets:
-                    known[f.path] = FileLayout(f.column_sizes, f.split_offsets or [])
-        return known
+        files = im.listed_files(self.file_io, current_snapshot(previous)["manifest-list"], self.spec, im.DATA)
+        return {f.path: FileLayout(f.column_sizes, f.split_offsets or []) for f in files
+                if f.column_sizes or f.split_offsets}
 
     def _data_file(self, entry: ManifestEntry, path: str, layout: FileLayout | None) -> im.DataFile:
         f = entry.file

@@ -208,21 +208,21 @@ class FileStoreCommit:
         self._user_scan = (latest, found)
         return found
 
-    def already_committed(self, identifier: int) -> bool:
+    def replay_of(self, identifier: int) -> CommitResult | None:
+        """The (skipped) result of a replay of a published identifier, or None."""
+        if not self._already_committed(identifier):
+            return None
+        metrics.commit_duplicate(self.metric_table)
+        return CommitResult(skipped_as_duplicate=True)
+
+    # -- internals --------------------------------------------------------------------------
+    def _already_committed(self, identifier: int) -> bool:
         """Whether this commit user already published `identifier` (or a later one)."""
         if identifier == BATCH_COMMIT_IDENTIFIER:
             return False
         last = self.last_committed_identifier()
         return last is not None and identifier <= last
 
-    def replay_of(self, identifier: int) -> CommitResult | None:
-        """The (skipped) result of a replay of a published identifier, or None."""
-        if not self.already_committed(identifier):
-            return None
-        metrics.commit_duplicate(self.metric_table)
-        return CommitResult(skipped_as_duplicate=True)
-
-    # -- internals --------------------------------------------------------------------------
     def _commit_changes(self, changes: list[_Change], identifier: int,
                         properties: dict[str, str] | None, watermark: int | None) -> CommitResult:
         result = CommitResult()
