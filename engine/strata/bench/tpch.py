@@ -19,8 +19,9 @@ TPCH_SPARK    geometric mean of Spark SQL over Strata (``strata.spark.read_table
 TPCH_LOAD     rows/s through Spark into Strata (from a local Parquet copy of the rows), against
               Spark writing the same DataFrames as plain Parquet to the same MinIO; Trino's CTAS
               into its native catalog (generating the rows from its tpch catalog) beside it.
-TPCH_REFRESH  seconds per refresh round through Spark (RF1 + RF2 on orders and lineitem) / Trino's
-              INSERT and DELETE of the same rounds; beside it, how long until Trino sees a round
+TPCH_REFRESH  seconds per refresh round through Spark (RF1 + RF2 on orders and lineitem, one
+              changelog write of +I and -D rows per table) / Trino's INSERT and DELETE of the
+              same rounds; beside it, how long until Trino sees a round
               once Spark's commits are published (p99, no target).
 
 Needs the platform package (``strata_platform``) and MinIO, PostgreSQL, the Iceberg REST catalog
@@ -185,7 +186,8 @@ WORKLOADS = {
         extra_lines=(("Trino CTAS rows/s (from its tpch catalog; no target)", "trino_ctas_rows_per_s"),
                      ("Strata / Trino CTAS", "ratio_to_trino_ctas"))),
     "TPCH_REFRESH": Workload(
-        f"{_WHAT}: seconds per refresh round (RF1 + RF2), Spark into Strata / Trino INSERT and DELETE",
+        f"{_WHAT}: seconds per refresh round (RF1 + RF2), Spark into Strata (one changelog write per table) / "
+        "Trino INSERT and DELETE",
         Target("<=", 1.5), "ratio", "s per round Strata (Trino INSERT/DELETE); ratio", _PARTS, _refresh_summary,
         unavailable=unavailable,
         extra_lines=(("Trino sees a round, p99 s (no target)", "visibility_p99_s"),)),
