@@ -184,8 +184,12 @@ class KeyValueBucketWriter(BucketWriter):
             merged = self.merge_function.merge(ordered, self.key_names)
         elif _latest_wins(self.merge_function):
             # each key's last record wins: choose the winners from the keys, gather the rows once
-            keys = pa.table({k: table.column(k).take(order) for k in self.key_names})
-            merged = table.take(pa.array(order[group_ends(keys, self.key_names)]))
+            # (not at all when they came sorted and unique, as in a bulk load from sorted data)
+            sorted_input = _is_identity(order)
+            keys = table.select(self.key_names) if sorted_input else \
+                pa.table({k: table.column(k).take(order) for k in self.key_names})
+            winners = order[group_ends(keys, self.key_names)]
+            merged = table if sorted_input and len(winners) == len(order) else table.take(pa.array(winners))
         else:
             merged = self.merge_function.merge(table.take(order), self.key_names)
         files = self.file_writer.write(merged, level=0)
@@ -371,6 +375,10 @@ class KeyValueBucketWriter(BucketWriter):
             manager.future.cancel()
         if self.purge is not None:
             self.purge.cancel()
+
+
+def _is_identity(order: np.ndarray) -> bool:
+    return bool(np.array_equal(order, np.arange(len(order), dtype=order.dtype)))
 
 
 def _latest_wins(merge_function: MergeFunction) -> bool:

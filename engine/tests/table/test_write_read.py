@@ -56,6 +56,18 @@ def test_pk_duplicate_keys_in_one_batch_keep_the_last(catalog):
     assert {r["id"]: r["v"] for r in rows(table)} == {1: "a1", 2: "b2", 3: "c3"}
 
 
+def test_pk_sorted_input_is_written_as_given_and_sorted_duplicates_keep_the_last(catalog):
+    # rows that arrive in key order skip the gather; a sorted batch with a repeated key still merges
+    table = pk_table(catalog)
+    table.write(kv_rows(range(0, 100)))
+    files = live_files(table)
+    assert len(files) == 1 and files[0].row_count == 100
+    table.write(pa.concat_tables([kv_rows(range(200, 203), tag="a"), kv_rows([202, 203], tag="b")]))
+    read = rows(table)
+    got = {r["id"]: r["v"] for r in read}
+    assert len(read) == len(got) == 104 and got[5] == "v5" and got[201] == "a201" and got[202] == "b202"
+
+
 @pytest.mark.parametrize("partitioned", [False, True])
 @pytest.mark.parametrize("buckets", [1, 4])
 def test_pk_delete_by_key(catalog, partitioned, buckets):
