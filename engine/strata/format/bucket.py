@@ -36,8 +36,8 @@ from strata.format.binary_row import (
 
 SEED = 42
 _MASK32 = 0xFFFFFFFF
-_C1, _C2 = 0xCC9E2D51, 0x1B873593
-_H_ADD, _F1, _F2 = 0xE6546B64, 0x85EBCA6B, 0xC2B2AE35
+C1, C2 = 0xCC9E2D51, 0x1B873593
+H_ADD, F1, F2 = 0xE6546B64, 0x85EBCA6B, 0xC2B2AE35
 _U32 = np.uint32
 
 Words = np.ndarray | None  # None stands for an all-zero word
@@ -48,16 +48,16 @@ def _rotl_int(x: int, r: int) -> int:
     return ((x << r) | (x >> (32 - r))) & _MASK32
 
 
-def _mix_int(h: int, k: int) -> int:
-    k = _rotl_int((k * _C1) & _MASK32, 15) * _C2 & _MASK32
-    return (_rotl_int(h ^ k, 13) * 5 + _H_ADD) & _MASK32
+def mix_int(h: int, k: int) -> int:
+    k = _rotl_int((k * C1) & _MASK32, 15) * C2 & _MASK32
+    return (_rotl_int(h ^ k, 13) * 5 + H_ADD) & _MASK32
 
 
 def _fmix_int(h: int) -> int:
     h ^= h >> 16
-    h = (h * _F1) & _MASK32
+    h = (h * F1) & _MASK32
     h ^= h >> 13
-    h = (h * _F2) & _MASK32
+    h = (h * F2) & _MASK32
     return h ^ (h >> 16)
 
 
@@ -71,7 +71,7 @@ def hash_bytes_by_words(data: bytes, seed: int = SEED) -> int:
         raise ValueError(f"length {len(data)} is not a multiple of 4")
     h = seed
     for (word,) in struct.iter_unpack("<I", data):
-        h = _mix_int(h, word)
+        h = mix_int(h, word)
     return _signed(_fmix_int(h ^ len(data)))
 
 
@@ -96,25 +96,25 @@ def _mix(h: np.ndarray | int, k: Words) -> np.ndarray | int:
     """One murmur round into a new array; stays a Python int while every word so far was zero."""
     if k is None:
         if isinstance(h, int):
-            return _mix_int(h, 0)
+            return mix_int(h, 0)
         x = h.copy()  # mixK1(0) == 0
     else:
-        x = k * _U32(_C1)
+        x = k * _U32(C1)
         _rotl_inplace(x, 15)
-        x *= _U32(_C2)
+        x *= _U32(C2)
         x ^= _U32(h) if isinstance(h, int) else h
     _rotl_inplace(x, 13)
     x *= _U32(5)
-    x += _U32(_H_ADD)
+    x += _U32(H_ADD)
     return x
 
 
 def _fmix(h: np.ndarray, length: np.ndarray | int) -> np.ndarray:
     h = h ^ (length.astype(_U32) if isinstance(length, np.ndarray) else _U32(length))
     h ^= h >> _U32(16)
-    h *= _U32(_F1)
+    h *= _U32(F1)
     h ^= h >> _U32(13)
-    h *= _U32(_F2)
+    h *= _U32(F2)
     h ^= h >> _U32(16)
     return h
 

@@ -19,7 +19,8 @@ def distribute_by_bucket(df: DataFrame, path: str | None = None, num_partitions:
     Spark partition (for batch and streaming DataFrames). Each bucket is then written by one
     task, so sequence numbers within a bucket are unique and a key written twice resolves the
     same way in every reader. The bucket is Strata's (Paimon's) own hash of the bucket key,
-    computed in ``mapInArrow``; tables without fixed buckets are repartitioned by partition."""
+    computed by Spark's own expressions for integral and date keys (``bucket_expr``), otherwise
+    in ``mapInArrow``; tables without fixed buckets are repartitioned by partition."""
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     from strata.spark.options import normalize, table_ref
@@ -32,8 +33,10 @@ def distribute_by_bucket(df: DataFrame, path: str | None = None, num_partitions:
         if not partition_cols:
             return df
         return df.repartition(num_partitions, *partition_cols) if num_partitions else df.repartition(*partition_cols)
-    schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
-    with_bucket = df.mapInArrow(_BucketAssigner(ref), schema)
+    with_bucket = _jvm_buckets(df, table, buckets)
+    if with_bucket is None:
+        schema = StructType([*df.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), nullable=False)])
+        with_bucket = df.mapInArrow(_BucketAssigner(ref), schema)
     keys = [*partition_cols, BUCKET_COLUMN]
     shuffled = with_bucket.repartition(num_partitions, *keys) if num_partitions else with_bucket.repartition(*keys)
     return shuffled.drop(BUCKET_COLUMN)
@@ -46,6 +49,15 @@ def write_table(df: DataFrame, path: str | None = None, mode: str = "append", nu
     distributed = distribute_by_bucket(df, path, num_partitions, **options)
     writer = distributed.write.format(StrataDataSource.name()).mode(mode).options(**options)
     writer.save(path) if path else writer.save()
+
+
+def _jvm_buckets(df: DataFrame, table: Any, buckets: int) -> DataFrame | None:
+    """`df` with BUCKET_COLUMN computed in the JVM, or None when a bucket key needs Python."""
+    from strata.spark.bucket_expr import bucket_frame
+
+    keys = table.schema.bucket_keys()
+    types = [table.schema.field(k).type.to_arrow() for k in keys]
+    return bucket_frame(df, _spark_names(df, keys), types, buckets, BUCKET_COLUMN)
 
 
 def _spark_names(df: DataFrame, names: list[str]) -> list[str]:
