@@ -27,7 +27,8 @@ _pool_lock = threading.Lock()
 os.register_at_fork(after_in_child=_pool.clear)  # a forked child has the pool's object, not its threads
 
 
-def _fetch_pool() -> ThreadPoolExecutor:
+def fetch_pool() -> ThreadPoolExecutor:
+    """The process's pool for latency-bound reads from object stores."""
     with _pool_lock:
         if not _pool:
             _pool.append(ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix="strata-fetch"))
@@ -61,7 +62,7 @@ class PrefetchedFileIO(FileIO):
 
     def __init__(self, base: FileIO, paths: Sequence[str]):
         self.base = base
-        pool = _fetch_pool()
+        pool = fetch_pool()
         self._pending: dict[str, Future[bytes]] = {p: pool.submit(base.read_bytes, p) for p in dict.fromkeys(paths)}
         self._lock = threading.Lock()
 

@@ -102,6 +102,7 @@ class FileStoreCommit:
         self.metric_table = metrics.table_label(table_path)  # the `table` label; TableCommit gives db.table
         self._attempt_index_manifest: str | None = None  # written by the current attempt
         self._user_scan: tuple[int, int | None] = (0, None)  # (walked up to, last identifier found)
+        self._known_latest: Snapshot | None = None  # the newest snapshot this commit call read or published
         # computes a snapshot's properties from the snapshot it builds on (e.g. the log store's
         # per-bucket offsets, carried forward); None keeps the given properties
         self.properties_hook: Callable[[Snapshot | None, dict[str, str] | None], dict[str, str] | None] | None = None
@@ -109,6 +110,7 @@ class FileStoreCommit:
     # -- public API --------------------------------------------------------------------------
     def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
                properties: dict[str, str] | None = None, watermark: int | None = None) -> CommitResult:
+        self._known_latest = None
         replay = self.replay_of(identifier)
         if replay is not None:
             return replay
@@ -141,6 +143,7 @@ class FileStoreCommit:
                   identifier: int = BATCH_COMMIT_IDENTIFIER,
                   properties: dict[str, str] | None = None) -> CommitResult:
         """Replace the given partitions (None: the whole table) with the messages' new files."""
+        self._known_latest = None
         replay = self.replay_of(identifier)
         if replay is not None:
             return replay
@@ -197,11 +200,9 @@ class FileStoreCommit:
             known_up_to, known = 0, None
         earliest = self.snapshots.earliest_id() or 1
         found = known
-        for sid in range(latest, max(known_up_to, earliest - 1), -1):
-            try:
-                snap = self.snapshots.snapshot(sid)
-            except SnapshotNotFoundError:
-                continue  # expired meanwhile
+        for snap in self.snapshots.newest_first(latest, max(known_up_to, earliest - 1)):
+            if snap.id == latest:
+                self._known_latest = snap  # the commit that follows builds on it
             if snap.commit_user == self.commit_user:
                 found = snap.commit_identifier
                 break
@@ -268,7 +269,7 @@ class FileStoreCommit:
         for attempt in range(max_retries + 1):
             result.attempts += 1
             with self._unknown_on_failure(unsettled, identifier):
-                latest = self.snapshots.latest()
+                latest = self.snapshots.latest(self._known_latest if attempt == 0 else None)
                 if attempt > 0:
                     landed = self._published_meanwhile(seen_latest, latest, identifier, change.kind)
                     if landed is not None:
@@ -285,6 +286,7 @@ class FileStoreCommit:
                 outcome, last_failure = _TAKEN, str(exc)
             if outcome == _PUBLISHED:
                 metrics.commit_published(self.metric_table, change.kind, snapshot, self._attempt_entries)
+                self._known_latest = snapshot
                 return snapshot.id
             metrics.commit_retry(self.metric_table, change.kind)
             if outcome == _TAKEN:

@@ -17,12 +17,14 @@ from collections.abc import Iterator
 from strata.errors import CorruptMetadataError, SnapshotNotFoundError, StrataError
 from strata.fs import FileIO
 from strata.fs.file_io import read_back
+from strata.fs.prefetch import fetch_pool
 from strata.snapshot.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
 PUBLISH_LOCK = ".publish.lock"  # not a snapshot-N name: Paimon's readers and our listings skip it
 _SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)$")
+WALK_WINDOW = 16  # snapshots a walk back reads at once from an object store
 
 
 class NothingPublishedError(StrataError):
@@ -39,6 +41,7 @@ class SnapshotManager:
         # the snapshot a commit about to be published was built on (set by the committer): a
         # fast-forward may have replaced or removed it meanwhile, and then the commit must retry
         self.expected_parent: Snapshot | None = None
+        self._earliest_hinted = False  # EARLIEST seen or written here: a publish need not read it again
 
     def path(self, snapshot_id: int) -> str:
         return f"{self.dir}/snapshot-{snapshot_id}"
@@ -88,6 +91,7 @@ class SnapshotManager:
 
     def earliest_id(self) -> int | None:
         hint = self._hint("EARLIEST")
+        self._earliest_hinted |= hint is not None
         if hint is not None and self.exists(hint):
             earliest = hint
             while earliest > 1 and self.exists(earliest - 1):
@@ -96,7 +100,13 @@ class SnapshotManager:
         ids = self._listed_ids()
         return ids[0] if ids else None
 
-    def latest(self) -> Snapshot | None:
+    def latest(self, known: Snapshot | None = None) -> Snapshot | None:
+        """The newest snapshot. `known`: one the caller has just read or published; it is the
+        answer when its successor is absent (one request). Whoever builds on the answer checks
+        the parent again at publish (``parent_unchanged``), so a `known` rolled back meanwhile
+        costs a retry, never a wrong parent."""
+        if known is not None and not self.exists(known.id + 1):
+            return known
         # the common case in three requests: the hint, its snapshot (which proves it exists) and
         # the absence of the next one
         hint = self._hint("LATEST")
@@ -109,6 +119,23 @@ class SnapshotManager:
                 return found
         latest = self.latest_id()
         return self.snapshot(latest) if latest is not None else None
+
+    def newest_first(self, start: int, stop: int) -> Iterator[Snapshot]:
+        """Snapshots `start`, `start` - 1, ... down to `stop` (exclusive), skipping expired ones.
+        On an object store WALK_WINDOW are read at once, so a walk back over many snapshots
+        costs round trips / WALK_WINDOW (a caller that stops early wastes at most a window)."""
+        window = WALK_WINDOW if self.file_io.is_object_store else 1
+        while start > stop:
+            ids = range(start, max(stop, start - window), -1)
+            found = fetch_pool().map(self._if_exists, ids) if window > 1 else map(self._if_exists, ids)
+            yield from (snapshot for snapshot in found if snapshot is not None)
+            start = ids[-1] - 1
+
+    def _if_exists(self, snapshot_id: int) -> Snapshot | None:
+        try:
+            return self.snapshot(snapshot_id)
+        except SnapshotNotFoundError:
+            return None  # expired meanwhile
 
     def snapshots(self) -> Iterator[Snapshot]:
         """All live snapshots, oldest first."""
@@ -176,8 +203,9 @@ class SnapshotManager:
         (the snapshot is durable). False when a hint could not be written."""
         try:
             self.file_io.write_bytes(f"{self.dir}/LATEST", str(snapshot_id).encode())
-            if snapshot_id == 1 or self._hint("EARLIEST") is None:
+            if snapshot_id == 1 or (not self._earliest_hinted and self._hint("EARLIEST") is None):
                 self.file_io.write_bytes(f"{self.dir}/EARLIEST", str(self.earliest_id() or snapshot_id).encode())
+            self._earliest_hinted = True
         except OSError as exc:
             log.warning("%s: snapshot %d is published; its LATEST/EARLIEST hint was not updated (%s)",
                         self.dir, snapshot_id, exc)
