@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import random
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -93,3 +94,19 @@ def test_each_bucket_lands_in_one_spark_partition(rows: pa.Table, frame: DataFra
         parts_of_bucket.setdefault(bucket, set()).add(part_of[value])
     assert len(placed) == ROWS and len(parts_of_bucket) == 5
     assert all(len(parts) == 1 for parts in parts_of_bucket.values()), parts_of_bucket
+
+
+def test_one_bucket_is_coalesced_in_input_order_without_a_shuffle(frame: DataFrame, tmp_path: Path) -> None:
+    catalog = strata.load_catalog(str(tmp_path / "warehouse"))
+    catalog.create_database("db")
+    catalog.create_table("db.t", pa.schema([pa.field("a", pa.int64(), nullable=False), ("b", pa.int32())]),
+                         primary_keys=["a"], options={"bucket": "1"})
+    df = frame.select("a", "b").repartition(3)
+    placed = distribute_by_bucket(df, f"{catalog.warehouse}#db.t")
+    assert placed.rdd.getNumPartitions() == 1
+    def shuffles(d: DataFrame) -> int:
+        plan = str(d._jdf.queryExecution().optimizedPlan().toString())
+        return len(re.findall(r"Repartition \d+, true|RepartitionByExpression", plan))
+
+    assert shuffles(placed) == shuffles(df) == 1  # the input's own repartition(3), nothing more
+    assert [r["a"] for r in placed.collect()] == [r["a"] for r in df.collect()]  # the partitions, in order

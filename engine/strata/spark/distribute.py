@@ -20,7 +20,8 @@ def distribute_by_bucket(df: DataFrame, path: str | None = None, num_partitions:
     task, so sequence numbers within a bucket are unique and a key written twice resolves the
     same way in every reader. The bucket is Strata's (Paimon's) own hash of the bucket key,
     computed by Spark's own expressions for integral and date keys (``bucket_expr``), otherwise
-    in ``mapInArrow``; tables without fixed buckets are repartitioned by partition."""
+    in ``mapInArrow``; tables without fixed buckets are repartitioned by partition, and an
+    unpartitioned table of one bucket is coalesced into one partition (no shuffle)."""
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     from strata.spark.options import normalize, table_ref
@@ -29,6 +30,11 @@ def distribute_by_bucket(df: DataFrame, path: str | None = None, num_partitions:
     table = ref.load()
     partition_cols = _spark_names(df, table.schema.partition_keys)
     buckets = table.core.bucket
+    if buckets == 1 and not partition_cols and num_partitions in (None, 1):
+        # one task writes the table's one bucket whatever the distribution: merge the input's
+        # partitions into it in order, without a shuffle of every row (the stage before the
+        # write then runs as that one task too)
+        return df.coalesce(1)
     if buckets <= 0:
         if not partition_cols:
             return df
