@@ -81,13 +81,11 @@ def _slot_words(df: DataFrame, columns: Sequence[str], types: Sequence[pa.DataTy
         if not _fits(kind, df.schema[column].dataType):
             return None
         ref = f"`{_escape(column)}`"
+        value = f"CAST({f'unix_date({ref})' if kind is Kind.DATE else ref} AS BIGINT)"
         if kind is Kind.BIGINT:
-            value = f"CAST({ref} AS BIGINT)"
             out += [f"coalesce({value} & {_MASK}, 0)", f"coalesce(shiftright({value}, 32) & {_MASK}, 0)"]
-            continue
-        value = {Kind.BOOLEAN: f"CAST({ref} AS BIGINT)", Kind.DATE: f"CAST(unix_date({ref}) AS BIGINT)"} \
-            .get(kind, f"CAST({ref} AS BIGINT)")
-        out += [f"coalesce({value} & {_SLOT_MASK[kind]}, 0)", None]  # Java writes only the type's width
+        else:
+            out += [f"coalesce({value} & {_SLOT_MASK[kind]}, 0)", None]  # Java writes only the type's width
     return out
 
 

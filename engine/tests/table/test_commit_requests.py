@@ -5,7 +5,6 @@ successor), and a walk back over many snapshots reads a window of them at once o
 from __future__ import annotations
 
 import threading
-import time
 
 import pyarrow as pa
 import pytest
@@ -20,29 +19,33 @@ SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string(
 
 
 class CountingIO(LocalFileIO):
-    def __init__(self, object_store: bool = False, delay: float = 0.0) -> None:
+    """Counts reads; with `hold_for` N, a read waits (up to 2 s) until N reads are in flight at
+    once, so that reads issued together are seen together however slowly threads start."""
+
+    def __init__(self, object_store: bool = False, hold_for: int = 0) -> None:
         super().__init__()
         self.object_store = object_store
-        self.delay = delay
+        self.hold_for = hold_for
         self.reads: list[str] = []
         self.in_flight = 0
         self.most_in_flight = 0
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
 
     @property
     def is_object_store(self) -> bool:
         return self.object_store
 
     def read_bytes(self, path: str) -> bytes:
-        with self._lock:
+        with self._changed:
             self.reads.append(path)
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: self.most_in_flight >= self.hold_for, timeout=2)
         try:
-            time.sleep(self.delay)
             return super().read_bytes(path)
         finally:
-            with self._lock:
+            with self._changed:
                 self.in_flight -= 1
 
 
@@ -74,7 +77,7 @@ def test_a_walk_back_reads_a_window_of_snapshots_at_once(catalog: strata.Catalog
         table.write(rows(range(i, i + 1), "r"))
     for expired in (7, 8, 30):
         LocalFileIO().delete(table.snapshot_manager.path(expired))
-    io = CountingIO(object_store=True, delay=0.01)
+    io = CountingIO(object_store=True, hold_for=WALK_WINDOW)
     walked = [s.id for s in SnapshotManager(io, table.path).newest_first(40, 2)]
     assert walked == [i for i in range(40, 2, -1) if i not in (7, 8, 30)]
     assert io.most_in_flight == WALK_WINDOW
