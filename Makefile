@@ -83,8 +83,11 @@ test-fast: $(STAMP) ## Unit tests only (no services)
 test-integration: $(STAMP) ## Integration tests only, as make test runs them (provisions the services they need)
 	$(IT_PARALLEL); status=$$?; $(IT_EXCLUSIVE) && exit $$status
 
+BENCH_SERVICES := minio postgres kafka iceberg_rest trino
+
 bench: $(STAMP) ## Benchmarks vs raw pyarrow, incl. MinIO/Kafka/Spark ones; writes build/bench.json (ONLY=W1,W3 for a subset)
-	$(SERVICES_CLI) run minio postgres kafka iceberg_rest trino -- $(PY) -m strata.bench --out build/bench.json $(if $(ONLY),--only $(ONLY),)
+	$(SERVICES_CLI) install $(BENCH_SERVICES)
+	$(SERVICES_CLI) run $(BENCH_SERVICES) -- $(PY) -m strata.bench --out build/bench.json $(if $(ONLY),--only $(ONLY),)
 
 lint: $(STAMP) ## ruff, mypy and the import contract (layers of engine/strata, pyproject.toml)
 	$(VENV)/bin/ruff check engine platform integration_tests

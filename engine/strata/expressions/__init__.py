@@ -10,6 +10,7 @@ min/max statistics (to prune partitions, files and row groups without reading th
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -100,6 +101,10 @@ class BoundLeaf(Leaf):
     prunes: bool = True  # False: the literal has no Python form statistics compare with (ns timestamps)
 
     def _scalar(self) -> Any:
+        return self._typed_scalar
+
+    @functools.cached_property
+    def _typed_scalar(self) -> Any:  # built once: a leaf is evaluated on every batch of a read
         if not self.literals:
             return None
         return pa.scalar(self.literals[0], self.arrow_type)

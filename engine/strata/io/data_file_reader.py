@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyarrow._parquet import ParquetReader
 
 from strata.errors import CorruptDataError, FilterError, SchemaMismatchError
 from strata.expressions import ColumnStats, Predicate
@@ -76,10 +78,11 @@ class ColumnMapping:
 
     def apply(self, batch: pa.Table) -> pa.Table:
         arrays = []
+        present = set(batch.column_names)
         for name in self.wanted:
             src = self.source[name]
             target = self.types[name]
-            if src is None or src not in batch.column_names:
+            if src is None or src not in present:
                 arrays.append(pa.nulls(batch.num_rows, target))
                 continue
             column = batch.column(src)
@@ -153,12 +156,84 @@ def _is_storage_failure(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and (exc.errno is not None or "AWS Error" in str(exc))
 
 
+class _Footer:
+    """What a data file's footer says, decoded once per file and process (data files never
+    change once written): its metadata, Arrow schema, where its row groups start, and the column
+    statistics reads ask for. A range read of many small files otherwise spends more time
+    re-reading and re-decoding footers than decoding the few pages it wants."""
+
+    def __init__(self, metadata: pq.FileMetaData, schema: pa.Schema, nested_paths: dict[str, list[int]]):
+        self.metadata = metadata
+        self.schema = schema
+        self.nested_paths = nested_paths
+        self.names = set(schema.names)
+        self.index = {name: i for i, name in enumerate(schema.names)}
+        self.starts = np.concatenate([[0], np.cumsum([metadata.row_group(g).num_rows
+                                                      for g in range(metadata.num_row_groups)])])
+        self._stats: dict[tuple[int, int], ColumnStats | None] = {}
+        self._constants: dict[tuple[tuple[str, ...], tuple[int, ...] | None], dict[str, pa.Scalar]] = {}
+
+    def rows(self, group: int) -> int:
+        return int(self.starts[group + 1] - self.starts[group])
+
+    def stats(self, group: int, column: int) -> ColumnStats | None:
+        """The column's min/max statistics in the row group (None: it has none)."""
+        key = (group, column)
+        if key not in self._stats:
+            stats = self.metadata.row_group(group).column(column).statistics
+            self._stats[key] = None if stats is None or not stats.has_min_max else \
+                ColumnStats(stats.min, stats.max, stats.null_count, self.rows(group))
+        return self._stats[key]
+
+    def constants(self, columns: Sequence[str], groups: list[int] | None) -> dict[str, pa.Scalar]:
+        key = (tuple(columns), None if groups is None else tuple(groups))
+        if key not in self._constants:
+            self._constants[key] = _constant_columns(self.metadata, self.schema, columns, groups)
+        return self._constants[key]
+
+
+_FOOTERS: OrderedDict[tuple[str, int], _Footer] = OrderedDict()
+_FOOTERS_LOCK = threading.Lock()
+FOOTER_CACHE_FILES = 512
+
+
 class _ParquetFile(pq.ParquetFile):
-    """A ParquetFile converting its schema to Arrow once (pyarrow converts it at every access)."""
+    """A ParquetFile on a footer decoded once per file (`_Footer`), keyed by path and size."""
+
+    def __init__(self, source: pa.NativeFile, path: str):
+        key = (path, source.size())
+        with _FOOTERS_LOCK:
+            footer = _FOOTERS.get(key)
+            if footer is not None:
+                _FOOTERS.move_to_end(key)
+        # ParquetFile's own __init__ on an open file, without what it would recompute per open
+        self._source = source
+        self._footer = footer
+        self._close_source = False
+        self.common_metadata = None
+        if footer is None:
+            footer = _Footer(self.reader.metadata, self.reader.schema_arrow, self._build_nested_paths())
+            with _FOOTERS_LOCK:
+                _FOOTERS[key] = footer
+                while len(_FOOTERS) > FOOTER_CACHE_FILES:
+                    _FOOTERS.popitem(last=False)
+        self._nested_paths_by_prefix = footer.nested_paths
+        self.footer = footer
 
     @functools.cached_property
+    def reader(self) -> ParquetReader:
+        """pyarrow's reader, opened on first use: a read the page index serves goes without."""
+        reader = ParquetReader()
+        reader.open(self._source, pre_buffer=True, metadata=None if self._footer is None else self._footer.metadata)
+        return reader
+
+    @property
+    def metadata(self) -> pq.FileMetaData:
+        return self.footer.metadata
+
+    @property
     def schema_arrow(self) -> pa.Schema:
-        return super().schema_arrow
+        return self.footer.schema
 
 
 def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
@@ -166,14 +241,13 @@ def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predic
                row_filter: Predicate | None = None) -> Iterator[pa.Table]:
     expression = row_filter.to_arrow() if row_filter is not None else None
     with file_io.open_input_file(path) as source:
-        parquet = _ParquetFile(source)
-        available = set(parquet.schema_arrow.names)
-        columns = mapping.file_columns(available)
+        parquet = _ParquetFile(source, path)
+        columns = mapping.file_columns(parquet.footer.names)
         names = mapping.stat_columns(stat_names or {})
-        groups = _row_groups(parquet, prune, names)
+        groups = _row_groups(parquet.footer, prune, names)
         if groups is not None and not groups:
             return
-        constants = _constant_columns(parquet, columns, groups)
+        constants = parquet.footer.constants(columns, groups)
         decoded = [c for c in columns if c not in constants]
         pages = _page_runs(source, path, parquet, groups, prune, names, file_io.is_object_store)
         if pages is None:
@@ -196,7 +270,7 @@ class _PageRuns:
     gap: int = COALESCE_GAP  # byte ranges closer than this are read in one request
 
 
-def _page_runs(source: pa.NativeFile, path: str, parquet: pq.ParquetFile, groups: list[int] | None,
+def _page_runs(source: pa.NativeFile, path: str, parquet: _ParquetFile, groups: list[int] | None,
                prune: Predicate | None, names: dict[str, str | None], object_store: bool) -> _PageRuns | None:
     """Where the page index narrows the row groups `prune` kept to ranges of rows (None: nowhere)."""
     if prune is None or not groups:
@@ -211,18 +285,16 @@ def _page_runs(source: pa.NativeFile, path: str, parquet: pq.ParquetFile, groups
         name = names.get(f, f)
         if name is None or name in index:
             columns[f] = None if name is None else (index[name], arrow.field(name).type)
-    meta = parquet.metadata
     runs = {g: found for g in groups
-            if (found := selected_rows(pages, g, meta.row_group(g).num_rows, prune, columns)) is not None}
+            if (found := selected_rows(pages, g, parquet.footer.rows(g), prune, columns)) is not None}
     return _PageRuns(groups, runs, pages, OBJECT_STORE_GAP if object_store else COALESCE_GAP) if runs else None
 
 
-def _batches(source: pa.NativeFile, parquet: pq.ParquetFile, pages: _PageRuns, columns: list[str],
+def _batches(source: pa.NativeFile, parquet: _ParquetFile, pages: _PageRuns, columns: list[str],
              batch_rows: int, use_threads: bool) -> Iterator[tuple[int, pa.RecordBatch]]:
     """The rows of `pages.groups` (those in `pages.runs` only in their row ranges), in order, in
     batches, each with the file row it starts at."""
-    meta = parquet.metadata
-    starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
+    starts = parquet.footer.starts
     whole: list[int] = []
 
     def flush() -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -256,19 +328,19 @@ def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: 
     expression = row_filter.to_arrow() if row_filter is not None else None
     no_deletes = np.empty(0, dtype=np.int64)
     with file_io.open_input_file(path) as source:
-        parquet = _ParquetFile(source)
+        parquet = _ParquetFile(source, path)
         meta = parquet.metadata
-        starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
-        columns = mapping.file_columns(set(parquet.schema_arrow.names))
+        starts = parquet.footer.starts
+        columns = mapping.file_columns(parquet.footer.names)
         names = mapping.stat_columns(stat_names or {})
-        groups = _row_groups(parquet, prune, names)
+        groups = _row_groups(parquet.footer, prune, names)
         selected = [g for g in (range(meta.num_row_groups) if groups is None else groups)
                     if (row_range is None or row_range[0] <= starts[g] < row_range[1])
                     and (deleted is None or _dead_count(deleted, int(starts[g]), int(starts[g + 1]))
                          < starts[g + 1] - starts[g])]  # a group whose every row is deleted is not decoded
         if not selected:
             return
-        constants = _constant_columns(parquet, columns, selected)
+        constants = parquet.footer.constants(columns, selected)
         decoded = [c for c in columns if c not in constants]
         # the filter runs on the decoded columns (before constants, casts and copies) when it
         # only names columns decoded as they are
@@ -416,15 +488,13 @@ def _live_rows(table: pa.Table, offset: int, dead: np.ndarray, positions: bool,
     return table
 
 
-def _constant_columns(parquet: pq.ParquetFile, columns: Sequence[str],
+def _constant_columns(meta: pq.FileMetaData, arrow: pa.Schema, columns: Sequence[str],
                       groups: list[int] | None) -> dict[str, pa.Scalar]:
     """String, binary and integer columns holding one value in every row group read (a partition
     column, the row kind of insert-only files), by their statistics: repeating the value is an
     order of magnitude cheaper than decoding it. Equal min and max are exact (a truncated max
     would differ from the min); floats are left out (NaN, -0.0)."""
-    meta = parquet.metadata
     leaves = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
-    arrow = parquet.schema_arrow
     found: dict[str, pa.Scalar] = {}
     read = range(meta.num_row_groups) if groups is None else groups
     for name in columns:
@@ -435,7 +505,7 @@ def _constant_columns(parquet: pq.ParquetFile, columns: Sequence[str],
         values = {_only_value(meta.row_group(g), index) for g in read}
         if len(values) == 1 and None not in values:
             found[name] = scalar(values.pop(), kind)
-    if len(found) == len(columns):  # keep one column decoded: its batches give the row counts
+    if found and len(found) == len(columns):  # keep one column decoded: its batches give the row counts
         found.pop(columns[0])
     return found
 
@@ -451,27 +521,19 @@ def _only_value(group: pq.RowGroupMetaData, index: int) -> object:
         return None
 
 
-def _row_groups(parquet: pq.ParquetFile, prune: Predicate | None,
-                names: dict[str, str | None]) -> list[int] | None:
+def _row_groups(footer: _Footer, prune: Predicate | None, names: dict[str, str | None]) -> list[int] | None:
     if prune is None:
         return None
-    meta = parquet.metadata
-    index = {name: i for i, name in enumerate(parquet.schema_arrow.names)}
     keep = []
-    for g in range(meta.num_row_groups):
-        group = meta.row_group(g)
+    for g in range(footer.metadata.num_row_groups):
+        rows = footer.rows(g)
 
-        def lookup(field: str, group: pq.RowGroupMetaData = group) -> ColumnStats | None:
+        def lookup(field: str, group: int = g, rows: int = rows) -> ColumnStats | None:
             name = names.get(field, field)
             if name is None:  # added after the file was written: all null in it
-                return ColumnStats(None, None, group.num_rows, group.num_rows)
-            col_index = index.get(name)
-            if col_index is None:
-                return None
-            stats = group.column(col_index).statistics
-            if stats is None or not stats.has_min_max:
-                return None
-            return ColumnStats(stats.min, stats.max, stats.null_count, group.num_rows)
+                return ColumnStats(None, None, rows, rows)
+            col_index = footer.index.get(name)
+            return None if col_index is None else footer.stats(group, col_index)
 
         if prune.may_match(lookup):
             keep.append(g)

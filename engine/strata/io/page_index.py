@@ -57,6 +57,7 @@ _DICTIONARY_ENCODINGS = (2, 8)  # PLAIN_DICTIONARY, RLE_DICTIONARY
 _CI_NULL_PAGES, _CI_MIN, _CI_MAX, _CI_NULL_COUNTS = 1, 2, 3, 5
 _PL_OFFSET, _PL_SIZE, _PL_FIRST_ROW = 1, 2, 3
 _INT32, _INT64, _FLOAT, _DOUBLE, _BYTE_ARRAY = 1, 2, 4, 5, 6
+_CC_META_HEADER = tc.field_header(_CC_META, _CC_FILE_OFFSET, tc.STRUCT)
 
 
 @dataclass
@@ -93,6 +94,7 @@ class FilePages:
     index_start: int = 0
     chunk_parts: dict[tuple[int, int], _ChunkParts] = field(default_factory=dict)
     footers: dict[tuple[int, ...], tuple[bytes, bytes]] = field(default_factory=dict)
+    layouts: dict[tuple[int, tuple[tuple[str, int], ...]], Any] = field(default_factory=dict)  # _span_layout
 
     def chunk(self, group: int, column: int) -> tc.Struct:
         return self.footer[_FMD_ROW_GROUPS][1][1][group][_RG_COLUMNS][1][1][column]
@@ -217,17 +219,10 @@ def selected_rows(pages: FilePages, group: int, group_rows: int, prune: Predicat
     """Row ranges [start, end) of the row group that may hold rows `prune` matches, by the page
     statistics of the predicate's columns (`columns`: predicate field -> the file's leaf column
     and type, None when the file lacks it); None when pages prune too little to be worth it."""
-    stats = {name: _column_stats(pages, group, found[0], found[1], group_rows)
-             for name, found in columns.items() if found is not None}
-    indexed = {name: s for name, s in stats.items() if s is not None}
-    if not indexed:
+    layout = _span_layout(pages, group, group_rows, columns)
+    if layout is None:
         return None
-    # the pages of different columns may start at different rows: the units are the spans
-    # between any two page starts, each with the statistics of the pages covering it
-    bounds = np.unique(np.concatenate([np.cumsum(np.append(0, s.rows[:-1])) for s in indexed.values()]))
-    ends = np.append(bounds[1:], group_rows)
-    spans = {name: _SpanStats(s, np.searchsorted(np.cumsum(s.rows), bounds, side="right"))
-             for name, s in indexed.items()}
+    bounds, ends, spans = layout
     missing = {name for name, found in columns.items() if found is None}  # added after the file: all null
     kept: list[int] = []
     most = MAX_SELECTED_SHARE * group_rows
@@ -268,6 +263,27 @@ def selected_rows(pages: FilePages, group: int, group_rows: int, prune: Predicat
         else:
             runs.append((start, end))
     return runs
+
+
+def _span_layout(pages: FilePages, group: int, group_rows: int, columns: dict[str, tuple[int, pa.DataType] | None]
+                 ) -> tuple[np.ndarray, np.ndarray, dict[str, _SpanStats]] | None:
+    """The spans of rows between any two page starts of the predicate's columns (the pages of
+    different columns may start at different rows), where each ends, and each column's
+    statistics over them; kept per row group and columns (None: no column has a page index)."""
+    key = (group, tuple(sorted((name, found[0]) for name, found in columns.items() if found is not None)))
+    if key in pages.layouts:
+        return pages.layouts[key]
+    stats = {name: _column_stats(pages, group, found[0], found[1], group_rows)
+             for name, found in columns.items() if found is not None}
+    indexed = {name: s for name, s in stats.items() if s is not None}
+    layout = None
+    if indexed:
+        bounds = np.unique(np.concatenate([np.cumsum(np.append(0, s.rows[:-1])) for s in indexed.values()]))
+        spans = {name: _SpanStats(s, np.searchsorted(np.cumsum(s.rows), bounds, side="right"))
+                 for name, s in indexed.items()}
+        layout = (bounds, np.append(bounds[1:], group_rows), spans)
+    pages.layouts[key] = layout
+    return layout
 
 
 class _SpanStats:
@@ -403,20 +419,18 @@ def _append_chunk(out: bytearray, parts: _ChunkParts, p: _Pages, data: dict[tupl
     compressed = len(out) - start
     # an estimate (decoding takes each page's own size from its header)
     uncompressed = max(compressed, parts.uncompressed * rows // group_rows)
-    offsets: tc.Struct = {_CMD_DATA_PAGE: (tc.I64, data_page)}
-    if with_dictionary:
-        offsets[_CMD_DICTIONARY_PAGE] = (tc.I64, start)
-    meta = b"".join([
+    offsets = ((_CMD_DATA_PAGE, data_page), (_CMD_DICTIONARY_PAGE, start)) if with_dictionary else \
+        ((_CMD_DATA_PAGE, data_page),)
+    chunk = b"".join([
+        tc.encode_i64_fields(((_CC_FILE_OFFSET, start),)), _CC_META_HEADER,
         parts.head,
-        tc.encode_fields({_CMD_NUM_VALUES: (tc.I64, rows), _CMD_UNCOMPRESSED: (tc.I64, uncompressed),
-                          _CMD_COMPRESSED: (tc.I64, compressed)}, 4),
+        tc.encode_i64_fields(((_CMD_NUM_VALUES, rows), (_CMD_UNCOMPRESSED, uncompressed),
+                              (_CMD_COMPRESSED, compressed)), 4),
         parts.key_value,
-        tc.encode_fields(offsets, 8 if parts.key_value else _CMD_COMPRESSED),
+        tc.encode_i64_fields(offsets, 8 if parts.key_value else _CMD_COMPRESSED),
         # plain pages only: no dictionary, and no statistics saying there is one
         parts.encoding_stats[_CMD_DICTIONARY_PAGE] if with_dictionary else b"",
-        b"\0"])
-    chunk = b"".join([tc.encode_fields({_CC_FILE_OFFSET: (tc.I64, start)}),
-                      tc.field_header(_CC_META, _CC_FILE_OFFSET, tc.STRUCT), meta, b"\0"])
+        b"\0\0"])  # the ends of the ColumnMetaData and the ColumnChunk
     return chunk, uncompressed
 
 

@@ -10,6 +10,7 @@ map as (key type, value type, [(key, value)]), a struct as a dict.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 BOOL_TRUE, BOOL_FALSE, BYTE, I16, I32, I64, DOUBLE, BINARY, LIST, SET, MAP, STRUCT = range(1, 13)
@@ -40,6 +41,21 @@ def encode_fields(fields: Struct, last: int = 0) -> bytes:
     assembled from parts encoded once (its fields in ascending id order) and parts that change."""
     out = bytearray()
     _write_fields(out, fields, last)
+    return bytes(out)
+
+
+def encode_i64_fields(pairs: Sequence[tuple[int, int]], last: int = 0) -> bytes:
+    """`encode_fields` of I64 fields only, given in ascending id order: the offsets and sizes a
+    copied column chunk changes, encoded for every chunk of every page read."""
+    out = bytearray()
+    for field, value in pairs:
+        if 0 < field - last <= 15:
+            out.append((field - last) << 4 | I64)
+        else:
+            out.append(I64)
+            _write_zigzag(out, field)
+        _write_zigzag(out, value)
+        last = field
     return bytes(out)
 
 

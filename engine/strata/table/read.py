@@ -53,6 +53,9 @@ class TableRead:
         key_fields = set(self.schema.trimmed_primary_keys)
         self.key_order = key_decoder(self.schema) if self.schema.primary_keys else None
         self.key_filter = only_fields(filter, key_fields) if self.schema.primary_keys else filter
+        # a filter on key columns only selects whole keys: each run is filtered before its merge,
+        # and the merged rows need no second pass
+        self.filter_in_runs = filter is not None and bool(self.schema.primary_keys) and filter.fields() <= key_fields
 
     # -- public ----------------------------------------------------------------------------------
     def to_batches(self, splits: Sequence[DataSplit]) -> Iterator[pa.RecordBatch]:
@@ -144,7 +147,7 @@ class TableRead:
         else:
             batches = self._merged(split, decode) if self.schema.primary_keys else self._appended(split, decode)
         with_kinds = self._labels_kinds(split)
-        filtered = self._raw(split)  # the reader applied the filter (see _read)
+        filtered = self._raw(split) or self.filter_in_runs  # applied by the reader (_read) or to each run (_run)
         for batch in batches:
             out = self._finish(batch, with_kinds, filtered)
             if out.num_rows:

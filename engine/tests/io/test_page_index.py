@@ -256,3 +256,33 @@ def test_compacted_files_keep_larger_pages(tmp_path) -> None:
     lo, hi = 2 * (9 * PAGE_ROWS), 2 * (9 * PAGE_ROWS + 50)
     got = table.to_arrow(filter=strata.col("id").between(lo, hi))
     assert got.column("id").to_pylist() == list(range(lo, hi + 1, 2))
+
+
+def test_footers_are_decoded_once_per_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key range read served by the page index decodes a file's footer once: later reads open no
+    Parquet reader on it. A file of another size at the same path is a new file, read afresh."""
+    from strata.io import data_file_reader
+
+    opened: list[int] = []
+
+    class CountingReader(data_file_reader.ParquetReader):
+        def open(self, *args, **kwargs):
+            opened.append(1)
+            return super().open(*args, **kwargs)
+
+    monkeypatch.setattr(data_file_reader, "ParquetReader", CountingReader)
+    table, rows = _pk_table(tmp_path)
+    in_range = strata.col("id").between(2 * PAGE_ROWS + 6, 2 * PAGE_ROWS + 20)
+    assert table.to_arrow(filter=in_range).column("id").to_pylist() == list(range(2 * PAGE_ROWS + 6, 2 * PAGE_ROWS + 21, 2))
+    first = len(opened)
+    assert first >= 1
+    assert table.to_arrow(filter=in_range).num_rows == 8
+    assert len(opened) == first  # footer and page index kept: no reader opened
+    assert table.to_arrow().num_rows == ROWS  # a whole file decodes through pyarrow's reader
+    assert len(opened) == first + 1
+
+    [split] = table.scan()
+    path = split.file_path(split.files[0])
+    written = pq.read_table(path)
+    pq.write_table(written.slice(0, ROWS // 2), path)  # the same path, another file: half its rows
+    assert table.to_arrow().column("id").to_pylist() == rows.column("id").to_pylist()[: ROWS // 2]

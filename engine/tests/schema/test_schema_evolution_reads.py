@@ -309,3 +309,15 @@ def test_more_widenings_read_and_filter(catalog: strata.Catalog) -> None:
     assert t.to_arrow(columns=["id"], filter=col("t") < 0).column("id").to_pylist() == [1]
     assert sorted(t.to_arrow(columns=["id"], filter=col("ts") > t0).column("id").to_pylist()) == [2, 3]
     assert t.to_arrow(columns=["id"], filter=col("s") == "de").column("id").to_pylist() == [2]
+
+
+def test_reading_only_a_column_added_later(catalog: strata.Catalog) -> None:
+    """A file written before a column was added has none of the columns a read of that column
+    wants: its rows read as nulls (the file still gives the row count)."""
+    schema = pa.schema([pa.field("id", pa.int64())])
+    table = catalog.create_table("db.t", schema)
+    table.write(pa.table({"id": [1, 2, 3]}, schema=schema))
+    table = table.alter(SchemaChange.add_column("z", "STRING"))
+    table.write(pa.table({"id": [4], "z": ["x"]}, schema=table.schema.arrow_schema()))
+    assert sorted(table.to_arrow(columns=["z"]).column("z").to_pylist(), key=str) == [None, None, None, "x"]
+    assert table.to_arrow(columns=["z"], filter=col("z").is_null()).num_rows == 3

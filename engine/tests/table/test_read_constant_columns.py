@@ -16,6 +16,11 @@ from strata.schema.types import DataField, DataType
 GROUP_ROWS = 4
 
 
+def _constants(path: str, columns: list[str], groups: list[int] | None) -> dict[str, pa.Scalar]:
+    parquet = pq.ParquetFile(path)
+    return _constant_columns(parquet.metadata, parquet.schema_arrow, columns, groups)
+
+
 def write(path: str, columns: dict[str, pa.Array]) -> None:
     pq.write_table(pa.table(columns), path, row_group_size=GROUP_ROWS)
 
@@ -45,7 +50,7 @@ def test_constant_columns_read_back_exactly(tmp_path, case: str) -> None:
     values, constant = CASES[case]
     path = str(tmp_path / "f.parquet")
     write(path, {"id": pa.array(range(10), pa.int64()), "s": values})  # id varies: always decoded
-    assert set(_constant_columns(pq.ParquetFile(path), ["id", "s"], None)) == constant
+    assert set(_constants(path, ["id", "s"], None)) == constant
     for use_threads in (True, False):
         got = read_back(path, ["id", "s"], use_threads=use_threads)
         assert got.column("s").type == values.type
@@ -56,8 +61,8 @@ def test_constant_in_the_row_groups_read(tmp_path) -> None:
     """Only the row groups that are read count: the last group alone holds a single value."""
     path = str(tmp_path / "f.parquet")
     write(path, {"id": pa.array(range(10), pa.int64()), "s": pa.array(["a"] * 4 + ["b"] * 6)})
-    assert set(_constant_columns(pq.ParquetFile(path), ["s"], [1, 2])) == set()  # the only column stays decoded
-    assert set(_constant_columns(pq.ParquetFile(path), ["id", "s"], [1, 2])) == {"s"}
+    assert set(_constants(path, ["s"], [1, 2])) == set()  # the only column stays decoded
+    assert set(_constants(path, ["id", "s"], [1, 2])) == {"s"}
     got = read_back(path, ["id", "s"], strata.col("id") >= 8)
     assert got.to_pydict() == {"id": [8, 9], "s": ["b", "b"]}
 
