@@ -54,8 +54,8 @@ DESCRIPTIONS = {
     "W1": "append table, partitioned by dt: 10 commits",
     "W2": "PK table (dt, id), one bucket per partition, write-only: 10 upsert commits (half updates) on a base",
     "W3": "full merged read of the W2 table (base + 10 level-0 runs)",
-    "W4": "id BETWEEN x AND x+1000 on the W2 table (median of 7), against pyarrow.dataset over its final rows "
-          "as 10 plain files",
+    "W4": "id BETWEEN x AND x+1000 on the W2 table (median of 7 after one untimed query), against "
+          "pyarrow.dataset over its final rows as 10 plain files",
     "MINIO_COMMIT": "100 small commits (10 rows) to MinIO under the JDBC lock: latency",
     "W1_minio": "W1 with the warehouse on MinIO",
     "W3_minio": "W3 (full merged read of the W2 table) on MinIO",
@@ -274,6 +274,7 @@ def combine(workload: str, mine: dict[str, Any], ref: dict[str, Any]) -> dict[st
             "rows_per_query": mine["rows_per_query"],
             "verified": mine["rows_per_query"] == ref["rows_per_query"],
             "cpu_ms": round(mine["cpu_ms"], 3), "reference_cpu_ms": round(ref["cpu_ms"], 3),
+            "first_query_ms": round(mine["first_ms"], 3), "reference_first_query_ms": round(ref["first_ms"], 3),
             "cpu_ratio": _sig(mine["cpu_ms"] / ref["cpu_ms"]) if ref["cpu_ms"] > 0 else None,
         })
     else:
