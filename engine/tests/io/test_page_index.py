@@ -272,8 +272,9 @@ def test_footers_are_decoded_once_per_file(tmp_path, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(data_file_reader, "ParquetReader", CountingReader)
     table, rows = _pk_table(tmp_path)
-    in_range = strata.col("id").between(2 * PAGE_ROWS + 6, 2 * PAGE_ROWS + 20)
-    assert table.to_arrow(filter=in_range).column("id").to_pylist() == list(range(2 * PAGE_ROWS + 6, 2 * PAGE_ROWS + 21, 2))
+    lo, hi = 2 * PAGE_ROWS + 6, 2 * PAGE_ROWS + 20
+    in_range = strata.col("id").between(lo, hi)
+    assert table.to_arrow(filter=in_range).column("id").to_pylist() == list(range(lo, hi + 1, 2))
     first = len(opened)
     assert first >= 1
     assert table.to_arrow(filter=in_range).num_rows == 8
