@@ -277,6 +277,25 @@ def only_fields(predicate: Predicate | None, allowed: set[str]) -> Predicate | N
     return predicate if predicate.fields() <= allowed else None
 
 
+def integer_range(predicate: Predicate) -> tuple[str, int, int] | None:
+    """(field, lo, hi): the closed range of integers a conjunction of comparisons of one field
+    with integer literals allows (what a key range read asks); None for any other predicate."""
+    if isinstance(predicate, And):
+        left, right = integer_range(predicate.left), integer_range(predicate.right)
+        if left is None or right is None or left[0] != right[0]:
+            return None
+        return left[0], max(left[1], right[1]), min(left[2], right[2])
+    if not isinstance(predicate, Leaf) or predicate.op not in ("eq", "lt", "le", "gt", "ge") \
+            or (isinstance(predicate, BoundLeaf) and not predicate.prunes):
+        return None
+    value = predicate.literals[0]
+    if type(value) is not int:  # None (never true), bool, floats, dates: the general path
+        return None
+    lo, hi = {"eq": (value, value), "lt": (None, value - 1), "le": (None, value),
+              "gt": (value + 1, None), "ge": (value, None)}[predicate.op]
+    return predicate.field, -(2**63) if lo is None else lo, 2**63 - 1 if hi is None else hi
+
+
 def equality_literals(predicate: Predicate | None, field: str) -> list[Any] | None:
     """Values `field` is pinned to by a conjunction of eq / in leaves, or None if unconstrained."""
     if predicate is None:

@@ -16,6 +16,7 @@ The page index is standard Parquet: Trino, Spark, Paimon's Java reader use or ig
 from __future__ import annotations
 
 import base64
+import functools
 import struct
 import threading
 from collections import OrderedDict
@@ -28,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader
 
-from strata.expressions import ColumnStats, Predicate
+from strata.expressions import ColumnStats, Predicate, integer_range
 from strata.io import thrift_compact as tc
 
 # A page holds this many rows (the writer's max_rows_per_page and write_batch_size: with both
@@ -223,9 +224,14 @@ def selected_rows(pages: FilePages, group: int, group_rows: int, prune: Predicat
     if layout is None:
         return None
     bounds, ends, spans = layout
-    missing = {name for name, found in columns.items() if found is None}  # added after the file: all null
-    kept: list[int] = []
     most = MAX_SELECTED_SHARE * group_rows
+    interval = integer_range(prune)
+    if interval is not None and interval[0] in spans:
+        kept = _in_range(spans[interval[0]], interval[1], interval[2])
+        if kept is not None:
+            return None if int((ends - bounds)[kept].sum()) > most else _runs(bounds, ends, np.flatnonzero(kept))
+    missing = {name for name, found in columns.items() if found is None}  # added after the file: all null
+    kept_spans: list[int] = []
     kept_rows = 0
 
     def visit(lo: int, hi: int) -> None:
@@ -246,15 +252,18 @@ def selected_rows(pages: FilePages, group: int, group_rows: int, prune: Predicat
         if not prune.may_match(lookup):
             return
         if hi - lo == 1:
-            kept.append(lo)
+            kept_spans.append(lo)
             kept_rows += rows
             return
         visit(lo, (lo + hi) // 2)
         visit((lo + hi) // 2, hi)
 
     visit(0, len(bounds))
-    if kept_rows > most:
-        return None
+    return None if kept_rows > most else _runs(bounds, ends, kept_spans)
+
+
+def _runs(bounds: np.ndarray, ends: np.ndarray, kept: Sequence[int] | np.ndarray) -> list[tuple[int, int]]:
+    """The kept spans (ascending) as row ranges, adjacent ones joined."""
     runs: list[tuple[int, int]] = []
     for i in kept:
         start, end = int(bounds[i]), int(ends[i])
@@ -263,6 +272,16 @@ def selected_rows(pages: FilePages, group: int, group_rows: int, prune: Predicat
         else:
             runs.append((start, end))
     return runs
+
+
+def _in_range(span: _SpanStats, lo: int, hi: int) -> np.ndarray | None:
+    """Which spans may hold a value in [lo, hi], all at once (a key range read asks this of every
+    file it reads); None when the column's bounds are not integers (the general path decides)."""
+    bounds = span.integer_bounds()
+    if bounds is None:
+        return None
+    mins, maxs, unknown, all_null = bounds
+    return ~all_null & (unknown | ((maxs >= lo) & (mins <= hi)))
 
 
 def _span_layout(pages: FilePages, group: int, group_rows: int, columns: dict[str, tuple[int, pa.DataType] | None]
@@ -295,6 +314,24 @@ class _SpanStats:
         # per span: 0 no nulls, 1 all null, None some or unknown
         self.nulls = [None if n is None else 1 if n == stats.rows[p] else 0 if n == 0 else None
                       for n, p in zip((stats.null_counts[p] for p in at.tolist()), at.tolist(), strict=True)]
+
+    @functools.cached_property
+    def _integers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        if not all(type(v) is int for v in (*self.mins, *self.maxs) if v is not None):
+            return None
+        try:
+            mins = np.array([0 if v is None else v for v in self.mins], dtype=np.int64)
+            maxs = np.array([0 if v is None else v for v in self.maxs], dtype=np.int64)
+        except OverflowError:  # unsigned 64-bit bounds past int64
+            return None
+        all_null = np.array([n == 1 for n in self.nulls], dtype=bool)
+        unknown = np.array([a is None or b is None for a, b in zip(self.mins, self.maxs, strict=True)], dtype=bool)
+        return mins, maxs, unknown & ~all_null, all_null
+
+    def integer_bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Each span's min and max as int64 arrays, whether they are unknown, whether the span is
+        all null; None when the bounds are not integers."""
+        return self._integers
 
     def over(self, lo: int, hi: int, rows: int) -> ColumnStats:
         """The statistics of spans lo..hi-1 together, `rows` rows."""

@@ -287,3 +287,29 @@ def test_footers_are_decoded_once_per_file(tmp_path, monkeypatch: pytest.MonkeyP
     written = pq.read_table(path)
     pq.write_table(written.slice(0, ROWS // 2), path)  # the same path, another file: half its rows
     assert table.to_arrow().column("id").to_pylist() == rows.column("id").to_pylist()[: ROWS // 2]
+
+
+def test_integer_ranges_select_the_pages_the_general_path_selects(tmp_path) -> None:
+    """A range of integers (what a key range read asks) is answered for all pages at once; it keeps
+    the same pages as asking the predicate about halves of the row group, nulls and all-null pages
+    included."""
+    from strata.expressions import integer_range
+
+    path, table = _foreign_file(tmp_path)
+    parquet = pq.ParquetFile(path)
+    columns = {name: (i, table.schema.field(name).type) for i, name in enumerate(table.column_names)}
+    rng = np.random.default_rng(5)
+    with pa.OSFile(path) as source:
+        pages = file_pages(source, path, parquet.metadata)
+        assert pages is not None
+        for _ in range(200):
+            name = str(rng.choice(["k", "n"]))
+            lo = int(rng.integers(-10, 1_000_010))
+            predicate = [strata.col(name).between(lo, lo + int(rng.integers(0, 20_000))), strata.col(name) == lo,
+                         strata.col(name) < lo, strata.col(name) >= lo][int(rng.integers(0, 4))]
+            assert integer_range(predicate) is not None
+            for g in range(parquet.metadata.num_row_groups):
+                rows = parquet.metadata.row_group(g).num_rows
+                fast = selected_rows(pages, g, rows, predicate, {name: columns[name]})
+                general = selected_rows(pages, g, rows, predicate | predicate, {name: columns[name]})
+                assert fast == general, (predicate, g)
