@@ -224,7 +224,8 @@ class _ParquetFile(pq.ParquetFile):
     def reader(self) -> ParquetReader:
         """pyarrow's reader, opened on first use: a read the page index serves goes without."""
         reader = ParquetReader()
-        reader.open(self._source, pre_buffer=True, metadata=None if self._footer is None else self._footer.metadata)
+        reader.open(self._source, pre_buffer=True, metadata=None if self._footer is None else self._footer.metadata,
+                    arrow_extensions_enabled=True)  # as pq.ParquetFile opens it
         return reader
 
     @property

@@ -361,6 +361,13 @@ def read_rows(source: pa.NativeFile, pages: FilePages, parquet: pq.ParquetFile, 
     for k, p in enumerate(located):
         assert p is not None
         by_layout.setdefault(p.first_rows.tobytes(), []).append(k)
+    if len(by_layout) == 1:  # one synthetic file holds every column, in the order asked
+        decoded = _decode(source, pages, parquet, group, leaves, located, runs, use_threads, gap)  # type: ignore[arg-type]
+        for (start, end), (table, skip) in zip(runs, decoded, strict=True):
+            for batch in table.slice(skip, end - start).to_batches():
+                yield start, batch
+                start += batch.num_rows
+        return
     arrays: list[list[pa.ChunkedArray | None]] = [[None] * len(columns) for _ in runs]
     for ks in by_layout.values():
         tables = _decode(source, pages, parquet, group, [leaves[k] for k in ks],
