@@ -208,7 +208,6 @@ class _ParquetFile(pq.ParquetFile):
                 _FOOTERS.move_to_end(key)
         # ParquetFile's own __init__ on an open file, without what it would recompute per open
         self._source = source
-        self._footer = footer
         self._close_source = False
         self.common_metadata = None
         if footer is None:
@@ -223,8 +222,9 @@ class _ParquetFile(pq.ParquetFile):
     @functools.cached_property
     def reader(self) -> ParquetReader:
         """pyarrow's reader, opened on first use: a read the page index serves goes without."""
+        footer: _Footer | None = self.__dict__.get("footer")  # None: the open decodes it (a first read)
         reader = ParquetReader()
-        reader.open(self._source, pre_buffer=True, metadata=None if self._footer is None else self._footer.metadata,
+        reader.open(self._source, pre_buffer=True, metadata=None if footer is None else footer.metadata,
                     arrow_extensions_enabled=True)  # as pq.ParquetFile opens it
         return reader
 
@@ -280,7 +280,7 @@ def _page_runs(source: pa.NativeFile, path: str, parquet: _ParquetFile, groups: 
     if pages is None:
         return None
     arrow = parquet.schema_arrow
-    index = {name: i for i, name in enumerate(arrow.names)}
+    index = parquet.footer.index
     columns: dict[str, tuple[int, pa.DataType] | None] = {}
     for f in prune.fields():
         name = names.get(f, f)

@@ -277,7 +277,7 @@ def _runs(bounds: np.ndarray, ends: np.ndarray, kept: Sequence[int] | np.ndarray
 def _in_range(span: _SpanStats, lo: int, hi: int) -> np.ndarray | None:
     """Which spans may hold a value in [lo, hi], all at once (a key range read asks this of every
     file it reads); None when the column's bounds are not integers (the general path decides)."""
-    bounds = span.integer_bounds()
+    bounds = span.integer_bounds
     if bounds is None:
         return None
     mins, maxs, unknown, all_null = bounds
@@ -316,7 +316,9 @@ class _SpanStats:
                       for n, p in zip((stats.null_counts[p] for p in at.tolist()), at.tolist(), strict=True)]
 
     @functools.cached_property
-    def _integers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    def integer_bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Each span's min and max as int64 arrays, whether they are unknown, whether the span is
+        all null; None when the bounds are not integers."""
         if not all(type(v) is int for v in (*self.mins, *self.maxs) if v is not None):
             return None
         try:
@@ -327,11 +329,6 @@ class _SpanStats:
         all_null = np.array([n == 1 for n in self.nulls], dtype=bool)
         unknown = np.array([a is None or b is None for a, b in zip(self.mins, self.maxs, strict=True)], dtype=bool)
         return mins, maxs, unknown & ~all_null, all_null
-
-    def integer_bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-        """Each span's min and max as int64 arrays, whether they are unknown, whether the span is
-        all null; None when the bounds are not integers."""
-        return self._integers
 
     def over(self, lo: int, hi: int, rows: int) -> ColumnStats:
         """The statistics of spans lo..hi-1 together, `rows` rows."""

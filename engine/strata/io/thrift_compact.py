@@ -49,11 +49,7 @@ def encode_i64_fields(pairs: Sequence[tuple[int, int]], last: int = 0) -> bytes:
     copied column chunk changes, encoded for every chunk of every page read."""
     out = bytearray()
     for field, value in pairs:
-        if 0 < field - last <= 15:
-            out.append((field - last) << 4 | I64)
-        else:
-            out.append(I64)
-            _write_zigzag(out, field)
+        _write_field_header(out, field, last, I64)
         _write_zigzag(out, value)
         last = field
     return bytes(out)
@@ -62,11 +58,7 @@ def encode_i64_fields(pairs: Sequence[tuple[int, int]], last: int = 0) -> bytes:
 def field_header(field: int, last: int, kind: int) -> bytes:
     """The header of field `field` (of type `kind`, not a boolean) after field `last`."""
     out = bytearray()
-    if 0 < field - last <= 15:
-        out.append((field - last) << 4 | kind)
-    else:
-        out.append(kind)
-        _write_zigzag(out, field)
+    _write_field_header(out, field, last, kind)
     return bytes(out)
 
 
@@ -156,6 +148,15 @@ def _struct(data: memoryview, pos: int) -> tuple[Struct, int]:
         last = field
 
 
+def _write_field_header(out: bytearray, field: int, last: int, wire: int) -> None:
+    """A field's header: its id as a delta from the previous field's when it fits in 4 bits."""
+    if 0 < field - last <= 15:
+        out.append((field - last) << 4 | wire)
+    else:
+        out.append(wire)
+        _write_zigzag(out, field)
+
+
 def _write_varint(out: bytearray, n: int) -> None:
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -211,11 +212,7 @@ def _write_fields(out: bytearray, fields: Struct, last: int) -> None:
     for field in sorted(fields):
         kind, value = fields[field]
         wire = (BOOL_TRUE if value else BOOL_FALSE) if kind in (BOOL_TRUE, BOOL_FALSE) else kind
-        if 0 < field - last <= 15:
-            out.append((field - last) << 4 | wire)
-        else:
-            out.append(wire)
-            _write_zigzag(out, field)
+        _write_field_header(out, field, last, wire)
         if wire not in (BOOL_TRUE, BOOL_FALSE):
             _write_value(out, kind, value)
         last = field
