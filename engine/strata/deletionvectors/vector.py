@@ -12,6 +12,7 @@ Serialized as Paimon does (``BitmapDeletionVector`` / ``Bitmap64DeletionVector``
 
 from __future__ import annotations
 
+import array
 import struct
 import zlib
 
@@ -48,7 +49,10 @@ class DeletionVector:
             raise ValueError("a 32-bit deletion vector holds positions up to 2^31-1: "
                              "set deletion-vectors.bitmap64=true for larger files")
         dtype = np.uint64 if self.bitmap64 else np.uint32
-        self.bitmap.update(np.asarray(positions, dtype=dtype))
+        # pyroaring adds an array.array in one call, but a numpy array one element at a time
+        values = array.array("Q" if self.bitmap64 else "I")
+        values.frombytes(np.ascontiguousarray(positions, dtype=dtype).tobytes())
+        self.bitmap.update(values)
 
     def merge(self, other: DeletionVector) -> None:
         if self.bitmap64 != other.bitmap64:  # widths differ only when a table changes bitmap64
