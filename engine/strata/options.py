@@ -133,8 +133,7 @@ _OPTIONS: list[Option] = [
     Option("compaction.max.file-num", "50", _int_at_least(1), "append compaction max files"),
     Option("compaction.delete-ratio-threshold", "0.2", _ratio,
            "deletion vectors: files with more deleted rows than this share are rewritten without them "
-           "(append tables: by compaction; primary-key tables: by the writer, in the background, "
-           "up to twice the share when a merge that drops them is due)"),
+           "(append tables: by compaction; primary-key tables: by the writer, in the background)"),
     Option("full-compaction.delta-commits", None, _int_at_least(1), "full compaction every N commits"),
     Option("zorder.var-length-contribution", "8", _int_at_least(1), "z-order bytes of a string column"),
     Option("write-only", "false", _bool, "skip compaction and expiry in writers"),

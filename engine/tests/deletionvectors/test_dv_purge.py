@@ -1,8 +1,7 @@
-"""The deletion-vector compaction policy of primary-key tables: a file whose vector marks more than
-compaction.delete-ratio-threshold of its rows (twice that while a merge that drops them is due)
-is rewritten without them (a purge), in the background between commits, and space amplification
-counts the marked rows, not the newer runs' size. Reads decode marked rows too (Parquet skips no
-single row), so they must not pile up."""
+"""The deletion-vector compaction policy of primary-key tables: a file whose vector marks more
+than compaction.delete-ratio-threshold of its rows is rewritten without them (a purge), in the
+background between commits, and space amplification counts the marked rows, not the newer runs'
+size. Reads decode marked rows too (Parquet skips no single row), so they must not pile up."""
 
 from __future__ import annotations
 
@@ -63,22 +62,6 @@ def _files_and_deleted(table: Table) -> list[tuple[DataFileMeta, int]]:
     return out
 
 
-def _over_the_policy(table: Table, ratio: float = 0.2) -> list[tuple[int, float]]:
-    """(level, deleted share) of the files the purge policy should have rewritten: over the
-    threshold in a run not due for a merge (its newer runs under half its size), or over twice it."""
-    files = _files_and_deleted(table)
-    run_size: dict[int, int] = {}
-    for f, _ in files:
-        run_size[f.level] = run_size.get(f.level, 0) + f.file_size
-    over = []
-    for f, deleted in files:
-        newer = sum(size for level, size in run_size.items() if level < f.level)
-        limit = ratio if 2 * newer < run_size[f.level] else 2 * ratio
-        if deleted > limit * f.row_count:
-            over.append((f.level, deleted / f.row_count))
-    return over
-
-
 def _read(table: Table) -> dict[int, int]:
     got = table.to_arrow()
     ids = got.column("id").to_pylist()
@@ -117,8 +100,7 @@ def _upserts(table: Table, inline: bool) -> tuple[dict[int, int], float]:
 def test_upserts_keep_each_file_under_the_delete_ratio(catalog: strata.Catalog, inline: bool) -> None:
     table = _table(catalog)
     _, worst = _upserts(table, inline)
-    assert worst <= 2 * 0.2, worst  # over the threshold only while a merge that drops them is due
-    assert not _over_the_policy(table)
+    assert worst <= 0.2, worst
     dead = sum(d for _, d in _files_and_deleted(table))
     records = sum(f.row_count for f, _ in _files_and_deleted(table))
     assert dead < 0.2 * records
@@ -137,8 +119,7 @@ def test_one_shot_writes_keep_each_file_under_the_delete_ratio(catalog: strata.C
         model.update({i: i * 1_000 + version for i in ids.tolist()})
     assert _read(table) == model
     shares = [deleted / f.row_count for f, deleted in _files_and_deleted(table)]
-    assert max(shares) <= 2 * 0.2, shares
-    assert not _over_the_policy(table)
+    assert max(shares) <= 0.2, shares
 
 
 def test_without_the_policy_marked_rows_pile_up(catalog: strata.Catalog) -> None:
@@ -146,28 +127,6 @@ def test_without_the_policy_marked_rows_pile_up(catalog: strata.Catalog) -> None
     table = _table(catalog, **{"compaction.delete-ratio-threshold": "1"})
     _, worst = _upserts(table, inline=False)
     assert worst > 0.2, worst
-
-
-@pytest.mark.parametrize("threshold", ["0.2", "1"])
-def test_a_run_not_due_for_a_merge_is_purged(catalog: strata.Catalog, threshold: str) -> None:
-    """Updates only: the base run takes the marks while the newer runs stay far under half its
-    size (no merge is due), so the policy purges it; without the policy its marks stay."""
-    table = _table(catalog, **{"compaction.delete-ratio-threshold": threshold})
-    rng = np.random.default_rng(5)
-    table.write(_rows(np.arange(BASE), 0))
-    model = {i: i * 1_000 for i in range(BASE)}
-    writer, commit = table.new_write("purge"), table.new_commit("purge")
-    try:
-        for version in range(1, 4):
-            ids = rng.choice(BASE, UPDATES, replace=False)
-            writer.write_arrow(_rows(ids, version))
-            commit.commit(writer.prepare_commit(wait_compaction=version == 3), identifier=version)
-            model.update({i: i * 1_000 + version for i in ids.tolist()})
-    finally:
-        writer.close()
-    assert _read(table) == model
-    over = _over_the_policy(table)
-    assert not over if threshold == "0.2" else [share for level, share in over if share > 0.2], over
 
 
 def test_a_purge_overtaken_by_a_compaction_is_dropped(catalog: strata.Catalog) -> None:
@@ -228,7 +187,7 @@ def test_space_amplification_of_a_merge_on_write_bucket_counts_marked_rows() -> 
 
 def test_purge_unit_takes_each_file_above_the_threshold_alone() -> None:
     levels = Levels(5, lambda key: (key,), [_file("x", 4, 100), _file("y", 3, 100), _file("z", 3, 100),
-                                             _file("l0", 0, 100, size=100)])
+                                             _file("l0", 0, 100)])
     manager = CompactManager(levels, UniversalCompaction(), InlineExecutor(), lambda unit, drop: None,  # type: ignore[arg-type,return-value]
                              stop_trigger=10)
     dead = {"x": 30, "y": 20, "z": 21, "l0": 90}
@@ -237,10 +196,4 @@ def test_purge_unit_takes_each_file_above_the_threshold_alone() -> None:
     manager.delete_ratio = 0.2
     unit = manager.purge_unit()
     assert unit is not None and unit.purge
-    # level 4 is due for a merge (the newer runs hold 2,100 bytes against its 1,000): x waits at 0.3
-    assert sorted((r.level, [f.file_name for f in r.files]) for r in unit.runs) == [(3, ["z"])]
-    dead["x"] = 41  # over twice the threshold: purged even though due
-    unit = manager.purge_unit()
-    assert unit is not None
     assert sorted((r.level, [f.file_name for f in r.files]) for r in unit.runs) == [(3, ["z"]), (4, ["x"])]
-    assert {f.file_name for f in manager.purge_unit(0.0).files} == {"x", "y", "z"}  # a full compaction's: any mark

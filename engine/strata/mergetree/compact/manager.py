@@ -73,22 +73,12 @@ class CompactManager:
     def purge_unit(self, ratio: float | None = None) -> CompactUnit | None:
         """The files above level 0 whose deletion vectors mark more than `ratio` (default: the
         delete-ratio threshold) of their rows, each to be rewritten alone at its level; None when
-        there are none (or no threshold).
-
-        A run whose newer runs add up to half its size is due for the size-ratio pick that takes
-        it once they reach its size and drops its marked rows anyway: purging it first would write
-        its rows twice. Its files wait for that merge up to twice the threshold."""
+        there are none (or no threshold)."""
         ratio = self.delete_ratio if ratio is None else ratio
         if ratio is None:
             return None
-        files = []
-        newer = sum(f.file_size for f in self.levels.level0)
-        for level in range(1, self.levels.num_levels):
-            run = self.levels.runs[level]
-            size = sum(f.file_size for f in run)
-            limit = ratio if 2 * newer < size else min(1.0, 2 * ratio)
-            files += [f for f in run if self.deleted_rows(f.file_name) > limit * f.row_count]
-            newer += size
+        files = [f for level in range(1, self.levels.num_levels) for f in self.levels.runs[level]
+                 if self.deleted_rows(f.file_name) > ratio * f.row_count]
         if not files:
             return None
         return CompactUnit(max(f.level for f in files), [SortedRun(f.level, [f]) for f in files], purge=True)
