@@ -52,9 +52,6 @@ class WriterConfig:
     compression: str
     compression_level: int | None
     stats_truncate: int | None
-    # merge-on-write (deletion-vector) tables: no reader merges level 0, and its files mostly move
-    # up as they are (upgraded), to be read by Trino and full scans: they get the upper levels' pages
-    merge_on_write: bool = False
 
 
 @dataclass
@@ -155,10 +152,8 @@ class DataFileWriter:
         decoded, strata.io.page_index). Other files keep Arrow's pages (up to 20k rows or 1 MB):
         each page costs a reader a decompression (Trino scanned 4096-row pages with 1.5x the CPU,
         pyarrow decoded a file 25% slower), and the files above level 0 are the ones Trino reads
-        (deletion-vector tables) and full compactions leave; unsorted (append) values prune no page.
-        A deletion-vector table's level-0 file is read by no one before it moves up, mostly as it
-        is (WriterConfig.merge_on_write)."""
-        small = self.has_key and level == 0 and not self.config.merge_on_write
+        (deletion-vector tables) and full compactions leave; unsorted (append) values prune no page."""
+        small = self.has_key and level == 0
         return {"max_rows_per_page": PAGE_ROWS, "write_batch_size": PAGE_ROWS} if small else {}
 
     def _append(self, f: _OpenFile, chunk: pa.Table) -> None:

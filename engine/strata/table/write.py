@@ -105,8 +105,7 @@ class TableWrite:
         self.config = WriterConfig(
             self.schema, self.core.target_file_size(bool(self.schema.primary_keys)),
             "none" if compression == "uncompressed" else compression,
-            int(level) if compression == "zstd" else None, self.core.stats_truncate_length(),
-            merge_on_write=bool(self.schema.primary_keys) and bool(self.core.get("deletion-vectors.enabled")))
+            int(level) if compression == "zstd" else None, self.core.stats_truncate_length())
         self.assigner = self._new_assigner(overwrite)
         self.closed = False
         self.write_metrics = metrics.WriteMetrics(str(table.identifier), self.buffer_limit)

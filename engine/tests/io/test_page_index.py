@@ -60,12 +60,12 @@ def _page_starts(pages: page_index.FilePages, group: int, column: int) -> np.nda
     return located.first_rows
 
 
-def _pk_table(tmp_path, **options: str):
+def _pk_table(tmp_path):
     catalog = strata.load_catalog(str(tmp_path / "wh"))
     catalog.create_database("db")
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),
                         pa.field("v", pa.float64())])
-    table = catalog.create_table("db.t", schema, primary_keys=["id"], options={"bucket": "1", **options})
+    table = catalog.create_table("db.t", schema, primary_keys=["id"], options={"bucket": "1"})
     rng = np.random.default_rng(3)
     ids = np.arange(0, 2 * ROWS, 2)
     rows = pa.table({"id": ids, "name": pa.array([f"n{i:09d}" for i in rng.permutation(ROWS)]),
@@ -256,25 +256,6 @@ def test_compacted_files_keep_larger_pages(tmp_path) -> None:
     lo, hi = 2 * (9 * PAGE_ROWS), 2 * (9 * PAGE_ROWS + 50)
     got = table.to_arrow(filter=strata.col("id").between(lo, hi))
     assert got.column("id").to_pylist() == list(range(lo, hi + 1, 2))
-
-
-def test_deletion_vector_level0_files_move_up_with_larger_pages(tmp_path) -> None:
-    """A deletion-vector table's level-0 file is read by no one until its commit's compaction
-    moves it up, mostly as it is: it is written with the upper levels' pages, not PAGE_ROWS ones."""
-    table, rows = _pk_table(tmp_path, **{"deletion-vectors.enabled": "true"})
-    [split] = table.scan()
-    [f] = split.files
-    assert f.level > 0 and f.file_source == 0  # the flushed file itself, upgraded (not rewritten)
-    path = split.file_path(f)
-    with table.file_io.open_input_file(path) as source:
-        pages = file_pages(source, path, pq.ParquetFile(path).metadata)
-        assert pages is not None
-        starts = _page_starts(pages, 0, 0)
-    assert np.diff(starts).max() > PAGE_ROWS
-    lo, hi = 2 * (9 * PAGE_ROWS), 2 * (9 * PAGE_ROWS + 50)
-    got = table.to_arrow(filter=strata.col("id").between(lo, hi))
-    assert got.column("id").to_pylist() == list(range(lo, hi + 1, 2))
-    assert got.column("name").to_pylist() == rows.column("name").slice(9 * PAGE_ROWS, 51).to_pylist()
 
 
 def test_footers_are_decoded_once_per_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
