@@ -222,7 +222,7 @@ class _ParquetFile(pq.ParquetFile):
     @functools.cached_property
     def reader(self) -> ParquetReader:
         """pyarrow's reader, opened on first use: a read the page index serves goes without."""
-        footer: _Footer | None = self.__dict__.get("footer")  # None: the open decodes it (a first read)
+        footer: _Footer | None = getattr(self, "footer", None)  # None: the open decodes it (a first read)
         reader = ParquetReader()
         reader.open(self._source, pre_buffer=True, metadata=None if footer is None else footer.metadata,
                     arrow_extensions_enabled=True)  # as pq.ParquetFile opens it

@@ -361,9 +361,7 @@ def read_rows(source: pa.NativeFile, pages: FilePages, parquet: pq.ParquetFile, 
     if len(by_layout) == 1:  # one synthetic file holds every column, in the order asked
         decoded = _decode(source, pages, parquet, group, leaves, located, runs, use_threads, gap)  # type: ignore[arg-type]
         for (start, end), (table, skip) in zip(runs, decoded, strict=True):
-            for batch in table.slice(skip, end - start).to_batches():
-                yield start, batch
-                start += batch.num_rows
+            yield from _batches_from(start, table.slice(skip, end - start))
         return
     arrays: list[list[pa.ChunkedArray | None]] = [[None] * len(columns) for _ in runs]
     for ks in by_layout.values():
@@ -373,10 +371,14 @@ def read_rows(source: pa.NativeFile, pages: FilePages, parquet: pq.ParquetFile, 
             for j, k in enumerate(ks):
                 arrays[r][k] = table.column(j).slice(skip, runs[r][1] - runs[r][0])
     for (start, _), run_arrays in zip(runs, arrays, strict=True):
-        table = pa.Table.from_arrays(run_arrays, names=list(columns))
-        for batch in table.to_batches():
-            yield start, batch
-            start += batch.num_rows
+        yield from _batches_from(start, pa.Table.from_arrays(run_arrays, names=list(columns)))
+
+
+def _batches_from(start: int, table: pa.Table) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """The table's batches, each with the row of the group it starts at."""
+    for batch in table.to_batches():
+        yield start, batch
+        start += batch.num_rows
 
 
 def _decode(source: pa.NativeFile, pages: FilePages, parquet: pq.ParquetFile, group: int, leaves: list[int],
