@@ -39,16 +39,25 @@ def sort_by_key(table: pa.Table, key_names: Sequence[str], seq_name: str | None)
 
 
 def _key_order_if_ties_in_sequence(key: np.ndarray, seq: np.ndarray) -> np.ndarray | None:
-    """A stable sort by the key alone, if equal keys then already come in sequence order (as
-    when sorted runs are concatenated oldest first); None if they do not.
+    """A stable sort by the key alone, if equal keys then come in one sequence order throughout:
+    ascending (sorted runs concatenated oldest first) as they are, descending (newest first, as
+    compactions list their runs) reversed within each key; None otherwise.
 
     Much cheaper than a lexsort by (key, sequence): timsort merges the concatenated sorted runs
     instead of sorting twice, and the check is two gathers and a comparison."""
     order = np.argsort(key, kind="stable")
     sorted_key, sorted_seq = key[order], seq[order]
-    if np.any((sorted_key[1:] == sorted_key[:-1]) & (sorted_seq[1:] < sorted_seq[:-1])):
+    ties = sorted_key[1:] == sorted_key[:-1]
+    down = sorted_seq[1:] < sorted_seq[:-1]
+    if not np.any(ties & down):
+        return order
+    if np.any(ties & ~down):
         return None
-    return order
+    # every tie descends: reverse each group of equal keys in place
+    starts = np.flatnonzero(np.concatenate(([True], ~ties)))
+    ends = np.append(starts[1:], len(key)) - 1
+    group = np.repeat(np.arange(len(starts)), ends - starts + 1)
+    return order[starts[group] + ends[group] - np.arange(len(key))]
 
 
 def group_ends(table: pa.Table, key_names: Sequence[str]) -> np.ndarray:
