@@ -131,7 +131,13 @@ class DeletionVectorCompaction:
             new = _concat([t.drop_columns([ROW_POSITION]) for t in self.read_positioned(f, self.key_names)],
                           pa.schema([self.schema.field(n) for n in self.key_names]).empty_table())
             self._remember([f], new)  # its keys, for the lookups of the next commits
-        self._mark_superseded(unit, unique_keys(new, self.key_names))
+        # a level-0 file is merged at flush: its integer keys come sorted and unique, and then
+        # are the looked-up keys as they are
+        codes = _key_codes(new.column(self.key_names[0])) if len(self.key_names) == 1 else None
+        if codes is not None and _strictly_increasing(codes):
+            self._mark_superseded(unit, new, codes)
+        else:
+            self._mark_superseded(unit, unique_keys(new, self.key_names))
         return CompactResult([f], [dataclasses.replace(f, level=unit.output_level)], [])
 
     def _purge(self, unit: CompactUnit) -> CompactResult:
@@ -185,7 +191,7 @@ class DeletionVectorCompaction:
             now = self.vectors.positions_of(name)
             since = now if now is None or p.marked is None else np.setdiff1d(now, p.marked, assume_unique=True)
             self.vectors.remove(name)
-            self._forget(name)
+            self._carry_keys(name, p)
             if since is not None and len(since):
                 at = np.searchsorted(p.kept, since)  # marked since: live when the purge read them
                 start = 0
@@ -196,6 +202,27 @@ class DeletionVectorCompaction:
             before.append(p.file)
             after.extend(p.written)
         return CompactResult(before, after, [])
+
+    def _carry_keys(self, name: str, p: Purged) -> None:
+        """The purged file's cached keys become its rewrite's: the rows it kept, in order (no
+        decode of the rewrite at the next lookup)."""
+        with self._cache_lock:
+            cached = self._keys.get(name)
+            self._forget_locked(name)
+        if cached is None:
+            return
+        codes, positions = cached
+        if positions is None:
+            kept = codes[p.kept]
+        else:  # keys cached while some rows were dead: the kept rows are among those cached
+            at = np.searchsorted(positions, p.kept)
+            if np.any(at >= len(positions)) or np.any(positions[np.minimum(at, len(positions) - 1)] != p.kept):
+                return
+            kept = codes[at]
+        start = 0
+        for f in p.written:
+            self._cache(f.file_name, kept[start:start + f.row_count], None)
+            start += f.row_count
 
     def _rewrite(self, unit: CompactUnit) -> CompactResult:
         """Runs whose keys are each live once (or a unit with no run outside it): a plain merge of
@@ -235,9 +262,11 @@ class DeletionVectorCompaction:
                              self._changelog(new, keys, plain_outside, above, unit.output_level))
 
     # -- the lookup of superseded rows by key only -----------------------------------------------
-    def _mark_superseded(self, unit: CompactUnit, keys: pa.Table) -> None:
-        """Mark the rows of `keys` in the runs outside the unit (their values do not matter)."""
-        sorted_codes = _sorted_codes(keys, self.key_names)
+    def _mark_superseded(self, unit: CompactUnit, keys: pa.Table, sorted_codes: np.ndarray | None = None) -> None:
+        """Mark the rows of `keys` (distinct; `sorted_codes`: their codes, if known) in the runs
+        outside the unit (their values do not matter)."""
+        if sorted_codes is None:
+            sorted_codes = _sorted_codes(keys, self.key_names)
         bounds = self._key_bounds(keys)
         for run in unit.others:
             for f in run.files:

@@ -197,3 +197,45 @@ def test_purge_unit_takes_each_file_above_the_threshold_alone() -> None:
     unit = manager.purge_unit()
     assert unit is not None and unit.purge
     assert sorted((r.level, [f.file_name for f in r.files]) for r in unit.runs) == [(3, ["z"]), (4, ["x"])]
+
+
+def test_a_purged_file_s_cached_keys_carry_over_to_its_rewrite(catalog: strata.Catalog,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookups' key cache (sorted key codes and positions of each file): a purge's rewrite
+    takes the purged file's codes at the rows it kept, and they are its rows' keys on disk, at
+    every commit, while later commits mark its rows."""
+    from strata.mergetree.dv_compaction import DeletionVectorCompaction
+
+    rewrites: set[str] = set()
+    apply_purge = DeletionVectorCompaction.apply_purge
+
+    def recording(self: DeletionVectorCompaction, *args: Any, **kwargs: Any) -> Any:
+        result = apply_purge(self, *args, **kwargs)
+        rewrites.update(f.file_name for f in result.after)
+        return result
+
+    monkeypatch.setattr(DeletionVectorCompaction, "apply_purge", recording)
+    table = _table(catalog)
+    rng = np.random.default_rng(5)
+    table.write(_rows(np.arange(BASE), 0))
+    checked = 0
+    writer, commit = table.new_write("carry"), table.new_commit("carry")
+    try:
+        for version in range(1, COMMITS + 1):
+            writer.write_arrow(_rows(rng.choice(BASE, UPDATES, replace=False), version))
+            commit.commit(writer.prepare_commit(), identifier=version)
+            for w in _bucket_writers(writer):
+                dv, manager = w.dv_compaction, w.compaction.manager
+                assert dv is not None and manager is not None
+                for f in manager.levels.all_files():
+                    cached = dv._keys.get(f.file_name)
+                    if cached is None or f.file_name not in rewrites:
+                        continue
+                    every = pa.concat_tables(list(dv.read_positioned(f, dv.key_names, deleted=np.empty(0, np.int64))))
+                    keys = every.column(dv.key_names[0]).to_numpy()
+                    codes, positions = cached
+                    assert np.array_equal(codes, keys if positions is None else keys[positions]), f.file_name
+                    checked += 1
+    finally:
+        writer.close()
+    assert rewrites and checked, (rewrites, checked)
