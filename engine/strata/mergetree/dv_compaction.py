@@ -215,8 +215,8 @@ class DeletionVectorCompaction:
         if positions is None:
             kept = codes[p.kept]
         else:  # keys cached while some rows were dead: the kept rows are among those cached
-            at = np.searchsorted(positions, p.kept)
-            if np.any(at >= len(positions)) or np.any(positions[np.minimum(at, len(positions) - 1)] != p.kept):
+            at = _search(positions, p.kept)
+            if len(at) != len(p.kept):
                 return
             kept = codes[at]
         start = 0
