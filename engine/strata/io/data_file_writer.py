@@ -56,22 +56,72 @@ class WriterConfig:
 
 @dataclass
 class _ColumnStats:
-    """Running min / max / null count of one column across batches."""
+    """Running min / max / null count of one column across batches. `leaf`: the column's index
+    among the file's Parquet columns when its type is one whose footer statistics are the values
+    Arrow's min_max gives (see _footer_type): its min and max are then read back from the footer
+    at close (the Parquet writer computes them anyway) instead of computed batch by batch."""
 
+    leaf: int | None = None
     min: Any = None
     max: Any = None
     nulls: int = 0
 
     def add(self, column: pa.ChunkedArray | pa.Array, with_min_max: bool) -> None:
         self.nulls += column.null_count
-        if not with_min_max or column.null_count == len(column) or binary_row.is_collection(column.type):
+        if self.leaf is not None or not with_min_max or column.null_count == len(column) \
+                or binary_row.is_collection(column.type):
             return
         mm = pc.min_max(column)
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        self._widen(mm["min"].as_py(), mm["max"].as_py())
+
+    def _widen(self, lo: Any, hi: Any) -> None:
         if lo is not None and (self.min is None or lo < self.min):
             self.min = lo
         if hi is not None and (self.max is None or hi > self.max):
             self.max = hi
+
+    def add_footer(self, meta: pq.FileMetaData) -> None:
+        """The min and max of a `leaf` column over the row groups of the closed file; both stay
+        None (unknown) when a group with values has none (Parquet leaves out NaN-only and
+        over-long values)."""
+        if self.leaf is None:
+            return
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            stats = group.column(self.leaf).statistics
+            if stats is not None and stats.has_null_count and stats.null_count == group.num_rows:
+                continue  # only nulls
+            if stats is None or not stats.has_min_max:
+                self.min = self.max = None
+                return
+            self._widen(stats.min, stats.max)
+
+
+def _footer_type(t: pa.DataType) -> bool:
+    """Types whose Parquet statistics read back as the Python values Arrow's min_max gives."""
+    return (pa.types.is_signed_integer(t) or pa.types.is_float32(t) or pa.types.is_float64(t)
+            or pa.types.is_boolean(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+            or pa.types.is_date32(t) or (pa.types.is_timestamp(t) and t.unit != "ns")
+            or (pa.types.is_decimal128(t) and t.precision <= 18))  # stored as INT32 / INT64
+
+
+def _leaves(t: pa.DataType) -> int:
+    """Parquet columns (leaves) of an Arrow type."""
+    return sum(_leaves(t.field(i).type) for i in range(t.num_fields)) if t.num_fields else 1
+
+
+def _first_leaves(schema: pa.Schema) -> dict[str, int]:
+    """Each top-level field's first Parquet column."""
+    leaf, first = 0, {}
+    for f in schema:
+        first[f.name] = leaf
+        leaf += _leaves(f.type)
+    return first
+
+
+def _column_stats(schema: pa.Schema, names: list[str]) -> list[_ColumnStats]:
+    first = _first_leaves(schema)
+    return [_ColumnStats(first[n] if _footer_type(schema.field(n).type) else None) for n in names]
 
 
 @dataclass
@@ -143,8 +193,8 @@ class DataFileWriter:
                                   # DECIMAL(p <= 18) as INT32/INT64, as Paimon's and Trino's writers store it
                                   store_decimal_as_integer=True, **self._page_size(level))
         return _OpenFile(name, path, sink, writer, first_sequence,
-                         value_stats=[_ColumnStats() for _ in self.value_names],
-                         key_stats=[_ColumnStats() for _ in self.key_names])
+                         value_stats=_column_stats(self.file_schema, self.value_names),
+                         key_stats=_column_stats(self.file_schema, self.key_names))
 
     def _page_size(self, level: int) -> dict[str, int]:
         """Pages of PAGE_ROWS rows, the same rows in every column, in level-0 files of primary-key
@@ -169,16 +219,17 @@ class DataFileWriter:
         if f.min_key is None:
             f.min_key = [chunk.column(k)[0].as_py() for k in self.key_names]
         f.max_key = [chunk.column(k)[-1].as_py() for k in self.key_names]
-        seq = pc.min_max(chunk.column(SEQUENCE_NUMBER))
-        lo, hi = int(seq["min"].as_py()), int(seq["max"].as_py())
-        f.min_seq = lo if f.min_seq is None else min(f.min_seq, lo)
-        f.max_seq = hi if f.max_seq is None else max(f.max_seq, hi)
         kinds = chunk.column(VALUE_KIND)
         f.deletes += int(pc.sum(pc.is_in(kinds, pa.array([1, 3], pa.int8()))).as_py() or 0)
 
     def _close(self, f: _OpenFile, level: int, file_source: int) -> DataFileMeta:
         f.writer.close()
         f.sink.close()
+        footer = f.writer.writer.metadata
+        for stats in (*(f.value_stats if self.config.stats_truncate != 0 else ()), *f.key_stats):
+            stats.add_footer(footer)
+        if self.has_key:
+            f.min_seq, f.max_seq = _footer_min_max(footer, _first_leaves(self.file_schema)[SEQUENCE_NUMBER])
         size = self.file_io.file_size(f.path)
         schema = self.config.schema
         value_types = [fld.type.to_arrow() for fld in schema.fields]
@@ -232,6 +283,13 @@ def _recut(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
         pending, rows = [whole.slice(cut)], rows - cut
     if rows:
         yield pa.concat_tables(pending)
+
+
+def _footer_min_max(meta: pq.FileMetaData, leaf: int) -> tuple[int | None, int | None]:
+    """Min and max of the non-null integer column `leaf` over the file's row groups."""
+    bounds = [(s.min, s.max) for g in range(meta.num_row_groups)
+              if (s := meta.row_group(g).column(leaf).statistics) is not None and s.has_min_max]
+    return (min(lo for lo, _ in bounds), max(hi for _, hi in bounds)) if bounds else (None, None)
 
 
 def _simple_stats(stats: list[_ColumnStats], types: list[pa.DataType], truncate: int | None) -> SimpleStats:
