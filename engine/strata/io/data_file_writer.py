@@ -155,6 +155,7 @@ class DataFileWriter:
         self.key_names = [KEY_PREFIX + f.name for f in config.schema.key_fields()] if self.has_key else []
         self.value_names = config.schema.field_names
         self.name_prefix = name_prefix
+        self.encodings = _encodings(self.file_schema, _sorted_integers(config.schema) if self.has_key else [])
 
     def write(self, table: pa.Table, level: int, file_source: int = FILE_SOURCE_APPEND,
               first_sequence: int = 0) -> list[DataFileMeta]:
@@ -191,7 +192,7 @@ class DataFileWriter:
                                   compression_level=self.config.compression_level, write_statistics=True,
                                   dictionary_pagesize_limit=DICTIONARY_PAGE_LIMIT, write_page_index=True,
                                   # DECIMAL(p <= 18) as INT32/INT64, as Paimon's and Trino's writers store it
-                                  store_decimal_as_integer=True, **self._page_size(level))
+                                  store_decimal_as_integer=True, **self.encodings, **self._page_size(level))
         return _OpenFile(name, path, sink, writer, first_sequence,
                          value_stats=_column_stats(self.file_schema, self.value_names),
                          key_stats=_column_stats(self.file_schema, self.key_names))
@@ -252,6 +253,40 @@ class DataFileWriter:
             file_source=FileSource(file_source), value_stats_cols=None, external_path=None,
             first_row_id=None, write_cols=None,
         )
+
+
+def _sorted_integers(schema: TableSchema) -> list[str]:
+    """The integer columns of a primary-key file that (nearly) ascend: the sequence numbers (in
+    arrival order), and each integer key field, as a key column and as a value column (rows are in
+    key order). DELTA_BINARY_PACKED stores them as small differences: 2-3x faster to write and
+    read than plain or dictionary pages (a unique key never fits a dictionary), and smaller."""
+    keys = [f.name for f in schema.key_fields() if _delta_type(f.type.to_arrow())]
+    return [SEQUENCE_NUMBER, *(KEY_PREFIX + k for k in keys), *keys]
+
+
+def _delta_type(t: pa.DataType) -> bool:
+    """Types stored as INT32 / INT64 that DELTA_BINARY_PACKED encodes."""
+    return pa.types.is_integer(t) or pa.types.is_date32(t) or pa.types.is_timestamp(t)
+
+
+def _encodings(schema: pa.Schema, delta: list[str]) -> dict[str, Any]:
+    """ParquetWriter arguments: `delta` columns DELTA_BINARY_PACKED, the others as before
+    (dictionary first, falling back to plain)."""
+    if not delta:
+        return {}
+    return {"use_dictionary": [path for path in _leaf_paths(schema) if path not in delta],
+            "column_encoding": dict.fromkeys(delta, "DELTA_BINARY_PACKED")}
+
+
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    """Parquet's dotted column paths for `schema` (nested fields have one per leaf)."""
+    if not any(f.type.num_fields for f in schema):
+        return schema.names
+    sink = pa.BufferOutputStream()
+    writer = pq.ParquetWriter(sink, schema)
+    writer.close()
+    meta = writer.writer.metadata
+    return [meta.schema.column(i).path for i in range(meta.num_columns)]
 
 
 def row_group_rows(sample: pa.Table) -> int:

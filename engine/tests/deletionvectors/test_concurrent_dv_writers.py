@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -41,8 +42,9 @@ OPTIONS = {"deletion-vectors.enabled": "true", "write-only": "false", "merge-eng
 
 
 # a file this much larger than a one-row flush is not rewritten when the flush moves up: the rows
-# the flush supersedes in it are marked in its deletion vector
-BASE = range(1000)
+# the flush supersedes in it are marked in its deletion vector (keys far apart: consecutive ones
+# delta-encode to almost nothing)
+BASE = sorted({0, 1, 2, 3, *np.random.default_rng(5).integers(10_000, 2**50, 2000).tolist()})
 
 
 def new_table(tmp_path: Path, buckets: int) -> Table:
@@ -85,7 +87,9 @@ def test_a_vector_on_a_file_a_concurrent_compaction_rewrote_conflicts(tmp_path: 
 def test_a_compaction_of_a_file_a_concurrent_commit_marked_conflicts(tmp_path: Path) -> None:
     table = new_table(tmp_path, buckets=1)
     table.write(rows(*BASE))
-    table.write(rows(5000, 5001))
+    # a second run, too large to be merged with a one-row flush either (keys outside BASE)
+    second = sorted(random.Random(6).sample(range(4, 10_000), 1000))
+    table.write(rows(*second))
     compactor = TableWrite(table, compaction=True)
     compactor.compact(full=True)  # reads the files without vectors
     messages = compactor.prepare_commit()
@@ -93,7 +97,7 @@ def test_a_compaction_of_a_file_a_concurrent_commit_marked_conflicts(tmp_path: P
     table.write(rows(1))  # marks key 1 of a file the compaction rewrote
     with pytest.raises(CommitConflictError, match="got deleted rows"):
         table.new_commit("compactor").commit(messages)
-    assert counts(table) == {**dict.fromkeys(BASE, 1), 1: 2, 5000: 1, 5001: 1}
+    assert counts(table) == {**dict.fromkeys(BASE, 1), 1: 2, **dict.fromkeys(second, 1)}
 
 
 def compact_keeping_vectors(table: Table, monkeypatch: pytest.MonkeyPatch) -> None:

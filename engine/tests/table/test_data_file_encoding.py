@@ -1,5 +1,6 @@
 """Data files keep Parquet dictionaries only where they pay: low-cardinality columns keep them,
-high-cardinality ones fall back to plain encoding after a small dictionary page."""
+high-cardinality ones fall back to plain encoding after a small dictionary page, and the integer
+columns of primary-key files that ascend (keys, sequence numbers) are delta-encoded."""
 
 from __future__ import annotations
 
@@ -37,10 +38,13 @@ def test_dictionary_only_for_low_cardinality_columns(tmp_path) -> None:
 
     kind = columns["kind"]
     assert "RLE_DICTIONARY" in kind.encodings and kind.total_uncompressed_size < 20_000  # 32k rows of 3 values
-    for name in ("id", "v", "_KEY_id"):
-        # unique values: Arrow's default would build a dictionary of the whole group (32k x 8 bytes)
-        assert _dictionary_page_bytes(columns[name]) <= 2 * DICTIONARY_PAGE_LIMIT, name
-        assert "PLAIN" in columns[name].encodings, name
+    # unique values: Arrow's default would build a dictionary of the whole group (32k x 8 bytes)
+    assert _dictionary_page_bytes(columns["v"]) <= 2 * DICTIONARY_PAGE_LIMIT
+    assert "PLAIN" in columns["v"].encodings
+    for name in ("id", "_KEY_id", "_SEQUENCE_NUMBER"):
+        # integers in key order: stored as small differences, never in a dictionary
+        assert columns[name].encodings == ("RLE", "DELTA_BINARY_PACKED") and not columns[name].has_dictionary_page, name
+    assert columns["id"].total_compressed_size < 1000  # 40k consecutive keys: one delta, bit width 0
     assert table.to_arrow().sort_by("id").equals(rows)  # both encodings read back exactly
 
 
