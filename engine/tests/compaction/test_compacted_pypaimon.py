@@ -25,9 +25,11 @@ def levels(table: Table) -> collections.Counter[int]:
 
 def base(engine: str) -> pa.Table:
     """A large run of other keys: fully compacted, it is the top level that later, smaller runs
-    are not worth merging into (size ratio), so they compact into the levels below it."""
+    are not worth merging into (size ratio), so they compact into the levels below it. Its bytes
+    are in random values: consecutive keys delta-encode to almost nothing."""
     ids = np.arange(1000, 4000)
-    return pa.table({"id": ids, "v": np.ones(len(ids), np.int64), "d": ids * 0.5, "s": [f"b{i % 7}" for i in ids],
+    noise = np.random.default_rng(1).random(len(ids))
+    return pa.table({"id": ids, "v": np.ones(len(ids), np.int64), "d": noise, "s": [f"b{i % 7}" for i in ids],
                      "g": ids % 5, "op": ["+I"] * len(ids)}, schema=SCHEMA)
 
 

@@ -1,6 +1,7 @@
 """Data files keep Parquet dictionaries only where they pay: low-cardinality columns keep them,
-high-cardinality ones fall back to plain encoding after a small dictionary page, and the integer
-columns of primary-key files that ascend (keys, sequence numbers) are delta-encoded."""
+high-cardinality ones (whose first rows already overflow a dictionary page) are plain, strings
+with their lengths apart (DELTA_LENGTH_BYTE_ARRAY), and the integer columns of primary-key files
+that ascend (keys, sequence numbers) are delta-encoded."""
 
 from __future__ import annotations
 
@@ -10,25 +11,23 @@ import pyarrow.parquet as pq
 
 import strata
 from strata.io import data_file_writer
-from strata.io.data_file_writer import DICTIONARY_PAGE_LIMIT, ROW_GROUP_ROWS, row_group_rows
+from strata.io.data_file_writer import ROW_GROUP_ROWS, row_group_rows
 
 ROWS = 40_000  # more than one row group (32k rows)
-
-
-def _dictionary_page_bytes(column: pq.ColumnChunkMetaData) -> int:
-    if not column.has_dictionary_page:
-        return 0
-    return column.data_page_offset - column.dictionary_page_offset
 
 
 def test_dictionary_only_for_low_cardinality_columns(tmp_path) -> None:
     catalog = strata.load_catalog(str(tmp_path / "wh"))
     catalog.create_database("db")
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.float64()),
-                        pa.field("kind", pa.string())])
+                        pa.field("kind", pa.string()), pa.field("text", pa.string()),
+                        pa.field("few", pa.int64())])
     table = catalog.create_table("db.t", schema, primary_keys=["id"], options={"bucket": "1"})
-    rows = pa.table({"id": np.arange(ROWS), "v": np.random.default_rng(7).random(ROWS),
-                     "kind": pa.array(["red", "green", "blue"] * (ROWS // 3) + ["red"] * (ROWS % 3))}, schema=schema)
+    rng = np.random.default_rng(7)
+    rows = pa.table({"id": np.arange(ROWS), "v": rng.random(ROWS),
+                     "kind": pa.array(["red", "green", "blue"] * (ROWS // 3) + ["red"] * (ROWS % 3)),
+                     "text": pa.array([f"note {x:012d}" for x in rng.integers(0, 10**12, ROWS)]),
+                     "few": rng.integers(0, 500, ROWS)}, schema=schema)
     table.write(rows)
     [split] = table.scan()
     [data_file] = split.files
@@ -38,9 +37,12 @@ def test_dictionary_only_for_low_cardinality_columns(tmp_path) -> None:
 
     kind = columns["kind"]
     assert "RLE_DICTIONARY" in kind.encodings and kind.total_uncompressed_size < 20_000  # 32k rows of 3 values
-    # unique values: Arrow's default would build a dictionary of the whole group (32k x 8 bytes)
-    assert _dictionary_page_bytes(columns["v"]) <= 2 * DICTIONARY_PAGE_LIMIT
-    assert "PLAIN" in columns["v"].encodings
+    # 500 values fit a dictionary page: kept, as for "kind"
+    assert "RLE_DICTIONARY" in columns["few"].encodings
+    # unique values: Arrow's default would build a dictionary of the whole group (32k x 8 bytes);
+    # their first rows already overflow a dictionary page, so none is tried
+    assert columns["v"].encodings == ("RLE", "PLAIN") and not columns["v"].has_dictionary_page
+    assert columns["text"].encodings == ("RLE", "DELTA_LENGTH_BYTE_ARRAY") and not columns["text"].has_dictionary_page
     for name in ("id", "_KEY_id", "_SEQUENCE_NUMBER"):
         # integers in key order: stored as small differences, never in a dictionary
         assert columns[name].encodings == ("RLE", "DELTA_BINARY_PACKED") and not columns[name].has_dictionary_page, name
