@@ -119,9 +119,8 @@ def _first_leaves(schema: pa.Schema) -> dict[str, int]:
     return first
 
 
-def _column_stats(schema: pa.Schema, names: list[str]) -> list[_ColumnStats]:
-    first = _first_leaves(schema)
-    return [_ColumnStats(first[n] if _footer_type(schema.field(n).type) else None) for n in names]
+def _column_stats(schema: pa.Schema, first_leaf: dict[str, int], names: list[str]) -> list[_ColumnStats]:
+    return [_ColumnStats(first_leaf[n] if _footer_type(schema.field(n).type) else None) for n in names]
 
 
 @dataclass
@@ -157,6 +156,7 @@ class DataFileWriter:
         self.name_prefix = name_prefix
         self.delta = _sorted_integers(config.schema) if self.has_key else []
         self.leaf_paths = _leaf_paths(self.file_schema)
+        self.first_leaf = _first_leaves(self.file_schema)
 
     def write(self, table: pa.Table, level: int, file_source: int = FILE_SOURCE_APPEND,
               first_sequence: int = 0) -> list[DataFileMeta]:
@@ -195,8 +195,8 @@ class DataFileWriter:
                                   # DECIMAL(p <= 18) as INT32/INT64, as Paimon's and Trino's writers store it
                                   store_decimal_as_integer=True, **self._encodings(first), **self._page_size(level))
         return _OpenFile(name, path, sink, writer, first_sequence,
-                         value_stats=_column_stats(self.file_schema, self.value_names),
-                         key_stats=_column_stats(self.file_schema, self.key_names))
+                         value_stats=_column_stats(self.file_schema, self.first_leaf, self.value_names),
+                         key_stats=_column_stats(self.file_schema, self.first_leaf, self.key_names))
 
     def _encodings(self, first: pa.Table) -> dict[str, Any]:
         """ParquetWriter arguments: the ascending integer columns DELTA_BINARY_PACKED; the columns
@@ -251,7 +251,9 @@ class DataFileWriter:
         for stats in (*(f.value_stats if self.config.stats_truncate != 0 else ()), *f.key_stats):
             stats.add_footer(footer)
         if self.has_key:
-            f.min_seq, f.max_seq = _footer_min_max(footer, _first_leaves(self.file_schema)[SEQUENCE_NUMBER])
+            sequence = _ColumnStats(self.first_leaf[SEQUENCE_NUMBER])
+            sequence.add_footer(footer)
+            f.min_seq, f.max_seq = sequence.min, sequence.max
         size = self.file_io.file_size(f.path)
         schema = self.config.schema
         value_types = [fld.type.to_arrow() for fld in schema.fields]
@@ -343,13 +345,6 @@ def _recut(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
         pending, rows = [whole.slice(cut)], rows - cut
     if rows:
         yield pa.concat_tables(pending)
-
-
-def _footer_min_max(meta: pq.FileMetaData, leaf: int) -> tuple[int | None, int | None]:
-    """Min and max of the non-null integer column `leaf` over the file's row groups."""
-    bounds = [(s.min, s.max) for g in range(meta.num_row_groups)
-              if (s := meta.row_group(g).column(leaf).statistics) is not None and s.has_min_max]
-    return (min(lo for lo, _ in bounds), max(hi for _, hi in bounds)) if bounds else (None, None)
 
 
 def _simple_stats(stats: list[_ColumnStats], types: list[pa.DataType], truncate: int | None) -> SimpleStats:
