@@ -238,8 +238,15 @@ def test_compaction_job_commits(release: Release) -> None:
                                   if s.commit_kind == "COMPACT" and s.commit_user == "strata-compaction"],
                          timeout=180)
     assert compacted
-    logs = release.cluster.kubectl("--namespace", NAMESPACE, "logs", "deployment/strata-compaction").stdout
-    assert "compacted demo.events" in logs, logs[-2000:]
+
+    def logged() -> bool:
+        logs = release.cluster.kubectl("--namespace", NAMESPACE, "logs", "deployment/strata-compaction").stdout
+        if "compacted demo.events" not in logs:
+            raise LookupError(logs[-2000:])  # wait_for reports the last one
+        return True
+
+    # the job logs a compaction once `compact()` returns, a moment after its snapshot is published
+    wait_for("the compaction job's log of it", logged, timeout=60)
 
 
 def test_trino_and_the_iceberg_rest_catalog_read_the_rows(release: Release) -> None:
