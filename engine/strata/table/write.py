@@ -258,7 +258,7 @@ class TableWrite:
                     bool(self.core.get("changelog-producer.row-deduplicate")),
                     compact_level0_at_commit=self.core.merge_engine == "first-row", deletion_vectors=vectors,
                     read_positioned=self._file_reader(bucket_dir, vectors, positions=True) if vectors else None,
-                    delete_ratio_threshold=float(self.core.get("compaction.delete-ratio-threshold")))
+                    delete_ratio_threshold=self.core.delete_ratio_threshold)
                 writer = KeyValueBucketWriter(self.schema, partition, bucket, total, file_writer,
                                               next_seq, self.merge_function, context)
             else:

@@ -239,3 +239,43 @@ def test_a_purged_file_s_cached_keys_carry_over_to_its_rewrite(catalog: strata.C
     finally:
         writer.close()
     assert rewrites and checked, (rewrites, checked)
+
+
+def _one_shot_upserts(table: Table, seed: int) -> list[float]:
+    """A base, then 8 commits each updating 15% of its keys by `table.write`; the rows equal a
+    dict model; returns each live file's deleted share."""
+    rng = np.random.default_rng(seed)
+    table.write(_rows(np.arange(BASE), 0))
+    model = {i: i * 1_000 for i in range(BASE)}
+    for version in range(1, 9):
+        ids = rng.choice(BASE, 2 * UPDATES, replace=False)
+        table.write(_rows(ids, version))
+        model.update({i: i * 1_000 + version for i in ids.tolist()})
+    assert _read(table) == model
+    return [deleted / f.row_count for f, deleted in _files_and_deleted(table)]
+
+
+def test_a_table_published_to_iceberg_purges_at_one_percent(catalog: strata.Catalog) -> None:
+    """Iceberg readers apply position deletes row by row, so a table that publishes Iceberg
+    metadata rewrites its files above 1% marked rows unless the table sets its own threshold."""
+    iceberg = {"metadata.iceberg.storage": "table-location"}
+    plain = _one_shot_upserts(_table(catalog), seed=13)
+    assert 0.01 < max(plain) <= 0.2, plain  # the default policy tolerates what Iceberg readers pay for
+    catalog.drop_table("db.purge")
+    published = _one_shot_upserts(_table(catalog, **iceberg), seed=13)
+    assert max(published) <= 0.01, published
+    catalog.drop_table("db.purge")
+    chosen = _one_shot_upserts(_table(catalog, **iceberg, **{"compaction.delete-ratio-threshold": "0.2"}), seed=13)
+    assert 0.01 < max(chosen) <= 0.2, chosen
+
+
+@pytest.mark.parametrize(("options", "threshold"), [
+    ({}, 0.2),
+    ({"metadata.iceberg.storage": "rest-catalog"}, 0.01),
+    ({"metadata.iceberg.storage": "rest-catalog", "compaction.delete-ratio-threshold": "0.3"}, 0.3),
+    ({"metadata.iceberg.storage": "disabled"}, 0.2),
+])
+def test_the_delete_ratio_threshold_follows_iceberg_publishing(options: dict[str, str], threshold: float) -> None:
+    from strata.options import CoreOptions
+
+    assert CoreOptions(options).delete_ratio_threshold == threshold
