@@ -106,11 +106,10 @@ def test_upserts_keep_each_file_under_the_delete_ratio(catalog: strata.Catalog, 
     assert dead < 0.2 * records
 
 
-def test_one_shot_writes_keep_each_file_under_the_delete_ratio(catalog: strata.Catalog) -> None:
-    """table.write, a writer per commit as the README shows: its writer closes at once, so the
-    purge runs before the commit, not in a background no later commit applies."""
-    table = _table(catalog)
-    rng = np.random.default_rng(11)
+def _one_shot_upserts(table: Table, seed: int) -> list[float]:
+    """A base, then 8 commits each updating 15% of its keys by `table.write`; the rows equal a
+    dict model; returns each live file's deleted share."""
+    rng = np.random.default_rng(seed)
     table.write(_rows(np.arange(BASE), 0))
     model = {i: i * 1_000 for i in range(BASE)}
     for version in range(1, 9):
@@ -118,7 +117,13 @@ def test_one_shot_writes_keep_each_file_under_the_delete_ratio(catalog: strata.C
         table.write(_rows(ids, version))
         model.update({i: i * 1_000 + version for i in ids.tolist()})
     assert _read(table) == model
-    shares = [deleted / f.row_count for f, deleted in _files_and_deleted(table)]
+    return [deleted / f.row_count for f, deleted in _files_and_deleted(table)]
+
+
+def test_one_shot_writes_keep_each_file_under_the_delete_ratio(catalog: strata.Catalog) -> None:
+    """table.write, a writer per commit as the README shows: its writer closes at once, so the
+    purge runs before the commit, not in a background no later commit applies."""
+    shares = _one_shot_upserts(_table(catalog), seed=11)
     assert max(shares) <= 0.2, shares
 
 
@@ -239,20 +244,6 @@ def test_a_purged_file_s_cached_keys_carry_over_to_its_rewrite(catalog: strata.C
     finally:
         writer.close()
     assert rewrites and checked, (rewrites, checked)
-
-
-def _one_shot_upserts(table: Table, seed: int) -> list[float]:
-    """A base, then 8 commits each updating 15% of its keys by `table.write`; the rows equal a
-    dict model; returns each live file's deleted share."""
-    rng = np.random.default_rng(seed)
-    table.write(_rows(np.arange(BASE), 0))
-    model = {i: i * 1_000 for i in range(BASE)}
-    for version in range(1, 9):
-        ids = rng.choice(BASE, 2 * UPDATES, replace=False)
-        table.write(_rows(ids, version))
-        model.update({i: i * 1_000 + version for i in ids.tolist()})
-    assert _read(table) == model
-    return [deleted / f.row_count for f, deleted in _files_and_deleted(table)]
 
 
 def test_a_table_published_to_iceberg_purges_at_one_percent(catalog: strata.Catalog) -> None:
