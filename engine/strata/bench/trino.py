@@ -9,8 +9,8 @@ TRINO_SCAN        the W2 data (a base, then W2's upsert commits, half updates; T
                   partitioned by dt, key (dt, id), one bucket per partition; Trino reads its files
                   above level 0 and the position deletes of its deletion vectors, which its writer
                   purges above 1% of a file's rows, as for any table published to Iceberg), and the
-                  same live rows as a plain append table. Median latency (of SCAN_RUNS, interleaved) of a full
-                  scan, ``SELECT count(*), sum(k2), sum(v1)``, and of a selective filter,
+                  same live rows as a plain append table. Median latency (of SCAN_RUNS, interleaved)
+                  of a full scan, ``SELECT count(*), sum(k2), sum(v1)``, and of a selective filter,
                   ``SELECT * ... WHERE k2 BETWEEN x AND x + 1000`` (~0.1% of the rows, fetched), on
                   each table in the same run. ratio: DV table / append table (the median of the
                   pairs' ratios, each pair querying both back to back), the worse of the two queries;
