@@ -95,3 +95,32 @@ def test_row_groups_hold_about_row_group_bytes(tmp_path, monkeypatch) -> None:
         else:
             assert len(groups) == -(-rows // expected) > 2  # about 410 bytes a row: 2k rows a group
             assert 512 * 1024 <= expected * wide.nbytes / rows <= 1024 * 1024
+
+
+def test_a_writer_samples_cardinality_every_few_files(tmp_path) -> None:
+    """A bucket's writer reuses its last sample for ENCODING_SAMPLE_FILES files, then samples
+    again: a column that turned low-cardinality gets its dictionary back."""
+    catalog = strata.load_catalog(str(tmp_path / "wh"))
+    catalog.create_database("db")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("text", pa.string())])
+    table = catalog.create_table("db.t", schema, primary_keys=["id"],
+                                 options={"bucket": "1", "write-only": "true"})
+    writer, commit = table.new_write("w"), table.new_commit("w")
+
+    def encodings(rows: int, unique: bool) -> tuple:
+        start = int(writer.commits_prepared) * rows
+        text = [f"note {start + i:012d}" if unique else "same" for i in range(rows)]
+        writer.write_arrow(pa.table({"id": np.arange(start, start + rows), "text": text}, schema=schema))
+        [message] = writer.prepare_commit()
+        commit.commit([message])
+        [written] = message.new_files
+        path = f"{table.path}/bucket-0/{written.file_name}"
+        group = pq.ParquetFile(path).metadata.row_group(0)
+        [column] = [group.column(i) for i in range(group.num_columns) if group.column(i).path_in_schema == "text"]
+        return column.encodings
+
+    assert encodings(5_000, unique=True) == ("RLE", "DELTA_LENGTH_BYTE_ARRAY")
+    # the sample of the first file still holds: no dictionary, though every value is the same
+    for _ in range(data_file_writer.ENCODING_SAMPLE_FILES - 1):
+        assert encodings(5_000, unique=False) == ("RLE", "DELTA_LENGTH_BYTE_ARRAY")
+    assert "RLE_DICTIONARY" in encodings(5_000, unique=False)  # sampled again
