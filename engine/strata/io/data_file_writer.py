@@ -161,6 +161,7 @@ class DataFileWriter:
         self.leaf_paths = _leaf_paths(self.file_schema)
         self.first_leaf = _first_leaves(self.file_schema)
         self._sampled: dict[str, Any] | None = None  # the last sample's encodings
+        self._sampled_rows = 0  # the rows it was taken on
         self._files_since_sample = 0
 
     def write(self, table: pa.Table, level: int, file_source: int = FILE_SOURCE_APPEND,
@@ -205,10 +206,12 @@ class DataFileWriter:
 
     def _encodings(self, first: pa.Table) -> dict[str, Any]:
         """The encodings of a new file: sampled from its first rows, or the last sample's when it
-        was taken less than ENCODING_SAMPLE_FILES files ago (a bucket's columns keep their
-        cardinality from file to file; a wrong guess costs size or speed, never correctness)."""
-        if self._sampled is None or self._files_since_sample >= ENCODING_SAMPLE_FILES:
-            self._sampled, self._files_since_sample = self._sample_encodings(first), 0
+        was taken less than ENCODING_SAMPLE_FILES files ago on as many rows (a bucket's columns
+        keep their cardinality from file to file; a wrong guess costs size or speed, never
+        correctness). A few rows say little: a larger file samples again."""
+        rows = min(first.num_rows, PAGE_ROWS)
+        if self._sampled is None or self._files_since_sample >= ENCODING_SAMPLE_FILES or rows > self._sampled_rows:
+            self._sampled, self._sampled_rows, self._files_since_sample = self._sample_encodings(first), rows, 0
         self._files_since_sample += 1
         return self._sampled
 

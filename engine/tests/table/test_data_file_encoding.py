@@ -119,8 +119,10 @@ def test_a_writer_samples_cardinality_every_few_files(tmp_path) -> None:
         [column] = [group.column(i) for i in range(group.num_columns) if group.column(i).path_in_schema == "text"]
         return column.encodings
 
+    # a sample of a few rows holds only until a file with more rows comes
+    assert "RLE_DICTIONARY" in encodings(100, unique=True)
     assert encodings(5_000, unique=True) == ("RLE", "DELTA_LENGTH_BYTE_ARRAY")
-    # the sample of the first file still holds: no dictionary, though every value is the same
+    # the sample of a full page of rows still holds: no dictionary, though every value is the same
     for _ in range(data_file_writer.ENCODING_SAMPLE_FILES - 1):
         assert encodings(5_000, unique=False) == ("RLE", "DELTA_LENGTH_BYTE_ARRAY")
     assert "RLE_DICTIONARY" in encodings(5_000, unique=False)  # sampled again
