@@ -69,13 +69,14 @@ def _read(table: Table) -> dict[int, int]:
     return dict(zip(ids, got.column("v").to_pylist(), strict=True))
 
 
-def _upserts(table: Table, inline: bool) -> tuple[dict[int, int], float]:
+def _upserts(table: Table, inline: bool) -> tuple[dict[int, int], float, float]:
     """COMMITS upsert commits through one writer; the rows always equal a dict model. Returns the
-    model and the largest deleted share of a file after the last commit."""
+    model, the largest deleted share of a file after the last commit, and after any commit."""
     rng = np.random.default_rng(7)
     table.write(_rows(np.arange(BASE), 0))
     model = {i: i * 1_000 for i in range(BASE)}
     next_id = BASE
+    seen = 0.0
     writer, commit = table.new_write("purge"), table.new_commit("purge")
     try:
         for version in range(1, COMMITS + 1):
@@ -90,16 +91,20 @@ def _upserts(table: Table, inline: bool) -> tuple[dict[int, int], float]:
             commit.commit(writer.prepare_commit(wait_compaction=last), identifier=version)
             model.update({i: i * 1_000 + version for i in ids.tolist()})
             assert _read(table) == model, version
+            seen = max(seen, _worst_share(table))
     finally:
         writer.close()
-    shares = [deleted / f.row_count for f, deleted in _files_and_deleted(table)]
-    return model, max(shares)
+    return model, _worst_share(table), seen
+
+
+def _worst_share(table: Table) -> float:
+    return max(deleted / f.row_count for f, deleted in _files_and_deleted(table))
 
 
 @pytest.mark.parametrize("inline", [False, True], ids=["background", "marks-moved"])
 def test_upserts_keep_each_file_under_the_delete_ratio(catalog: strata.Catalog, inline: bool) -> None:
     table = _table(catalog)
-    _, worst = _upserts(table, inline)
+    _, worst, _ = _upserts(table, inline)
     assert worst <= 0.2, worst
     dead = sum(d for _, d in _files_and_deleted(table))
     records = sum(f.row_count for f, _ in _files_and_deleted(table))
@@ -128,10 +133,11 @@ def test_one_shot_writes_keep_each_file_under_the_delete_ratio(catalog: strata.C
 
 
 def test_without_the_policy_marked_rows_pile_up(catalog: strata.Catalog) -> None:
-    """The same upserts with the threshold at 1 (no purge): the oldest run keeps its marked rows."""
+    """The same upserts with the threshold at 1 (no purge): the oldest run keeps its marked rows
+    until a merge happens to take it (after the last commit it may just have)."""
     table = _table(catalog, **{"compaction.delete-ratio-threshold": "1"})
-    _, worst = _upserts(table, inline=False)
-    assert worst > 0.2, worst
+    _, _, seen = _upserts(table, inline=False)
+    assert seen > 0.3, seen
 
 
 def test_a_purge_overtaken_by_a_compaction_is_dropped(catalog: strata.Catalog) -> None:
