@@ -160,7 +160,9 @@ class DataFileWriter:
         self.delta = _sorted_integers(config.schema) if self.has_key else []
         self.leaf_paths = _leaf_paths(self.file_schema)
         self.first_leaf = _first_leaves(self.file_schema)
-        self._sampled: dict[str, Any] | None = None  # the last sample's encodings
+        # the last sample's encodings, shared by the bucket's flush, compaction and purge threads
+        # (a race only samples twice)
+        self._sampled: dict[str, Any] | None = None
         self._sampled_rows = 0  # the rows it was taken on
         self._files_since_sample = 0
 

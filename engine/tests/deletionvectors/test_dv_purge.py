@@ -97,8 +97,13 @@ def _upserts(table: Table, inline: bool) -> tuple[dict[int, int], float, float]:
     return model, _worst_share(table), seen
 
 
+def _shares(table: Table) -> list[float]:
+    """Each live file's deleted share."""
+    return [deleted / f.row_count for f, deleted in _files_and_deleted(table)]
+
+
 def _worst_share(table: Table) -> float:
-    return max(deleted / f.row_count for f, deleted in _files_and_deleted(table))
+    return max(_shares(table))
 
 
 @pytest.mark.parametrize("inline", [False, True], ids=["background", "marks-moved"])
@@ -122,7 +127,7 @@ def _one_shot_upserts(table: Table, seed: int) -> list[float]:
         table.write(_rows(ids, version))
         model.update({i: i * 1_000 + version for i in ids.tolist()})
     assert _read(table) == model
-    return [deleted / f.row_count for f, deleted in _files_and_deleted(table)]
+    return _shares(table)
 
 
 def test_one_shot_writes_keep_each_file_under_the_delete_ratio(catalog: strata.Catalog) -> None:
