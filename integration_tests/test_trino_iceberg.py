@@ -562,9 +562,11 @@ def test_bench_trino_workloads_at_a_tiny_scale(service_env: None, monkeypatch: p
     monkeypatch.setattr(bench, "VISIBILITY_COMMITS", 3)
     monkeypatch.setattr(bench, "WARMUP_COMMITS", 1)
     scan = bench.WORKLOADS["TRINO_SCAN"]
-    row = scan.summarize({"trino": bench.scan_part(str(tmp_path), 0.02)})
-    assert row["verified"] is True and row["ratio"] > 0
+    row = scan.summarize({"trino": bench.scan_part(str(tmp_path), 0.004),
+                          bench._SMALL_PART: bench.small_scan_part(str(tmp_path), 0.02)})
+    assert row["verified"] is True and row["ratio"] > 0 and row["small_ratio"] > 0
     assert row["details"]["dv_data_files"] > 0 and row["details"]["live_rows"] > 0
+    assert row["details"]["small"]["live_rows"] == row["details"]["live_rows"]  # both 0.004 of W2's rows
     visibility = bench.WORKLOADS["TRINO_VISIBILITY"]
     row = visibility.summarize({"trino": bench.visibility_part(str(tmp_path), 1.0)})
     assert row["verified"] is True and len(row["details"]["visible_ms"]) == 3
