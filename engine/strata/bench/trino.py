@@ -275,13 +275,22 @@ def _scan_run(r: PartResult) -> dict[str, float]:
 _SMALL_PART = "trino_small"
 
 
+def _small_details(small: PartResult) -> dict[str, Any]:
+    """The side run's figures (SMALL_SCAN_SCALE of the rows)."""
+    run = _scan_run(small)
+    return {"ratio": round(run["worse"], 3), "scan_ratio": round(run["scan"], 3),
+            "filter_ratio": round(run["filter"], 3),
+            **{k: small[k] for k in ("live_rows", "dv_data_files", "append_data_files", "verified",
+                                     "dv_scan_ms", "append_scan_ms")}}
+
+
 def _scan_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
     """The median over the runs (each its own process, tables and Trino queries) of each figure;
     the small run's ratio beside them."""
     results = [r for name, r in parts.items() if name != _SMALL_PART]
     runs = [_scan_run(r) for r in results]
     small = parts.get(_SMALL_PART)
-    small_run = _scan_run(small) if small is not None else None
+    small_details = _small_details(small) if small is not None else None
 
     def median(key: str) -> float:
         return round(statistics.median(run[key] for run in runs), 3)
@@ -296,12 +305,8 @@ def _scan_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
         "dv_filter_ms": median_ms("dv_filter_ms"), "append_filter_ms": median_ms("append_filter_ms"),
         "verified": all(r["verified"] for r in parts.values()),
         "scan_cpu_ratio": median("scan_cpu"), "filter_cpu_ratio": median("filter_cpu"), "runs": len(runs),
-        "small_ratio": round(small_run["worse"], 3) if small_run else None,
-        "details": {"small": None if small is None or small_run is None else {
-                        "live_rows": small["live_rows"], "dv_data_files": small["dv_data_files"],
-                        "append_data_files": small["append_data_files"], "verified": small["verified"],
-                        "scan_ratio": round(small_run["scan"], 3), "filter_ratio": round(small_run["filter"], 3),
-                        "dv_scan_ms": small["dv_scan_ms"], "append_scan_ms": small["append_scan_ms"]},
+        "small_ratio": small_details["ratio"] if small_details else None,
+        "details": {"small": small_details,
                     "worse_ratio_per_run": [round(run["worse"], 3) for run in runs],
                     "scan_ratio_per_run": [round(run["scan"], 3) for run in runs],
                     "filter_ratio_per_run": [round(run["filter"], 3) for run in runs],
