@@ -149,6 +149,7 @@ class KeyValueBucketWriter(BucketWriter):
                 self.lookup = LevelLookup(compaction.read, self.key_names, schema.field_names, merge_function,
                                           manager.levels.key_order, compaction.row_deduplicate,
                                           insert_only=isinstance(merge_function, FirstRowMerge))
+        self._at_commit = False  # in prepare_commit, moving level 0 up (see _prepare_commit)
         self.dv_compaction: DeletionVectorCompaction | None = None
         self.purge: Future[list[Purged]] | None = None  # a background purge (see _start_purge)
         if compaction.deletion_vectors is not None:
@@ -212,12 +213,16 @@ class KeyValueBucketWriter(BucketWriter):
     def _prepare_commit(self, wait_compaction: bool) -> CommitMessage:
         manager = self.compaction.manager
         if manager is not None and manager.force_level0_up:
-            self.flush()
-            self._push_level0_up()
+            self._at_commit = True  # the commit waits for this flush's compaction: run it here
+            try:
+                self.flush()
+                self._push_level0_up()
+            finally:
+                self._at_commit = False
             if self.dv_compaction is not None:
                 self._finish_purge(blocking=wait_compaction)
                 if wait_compaction:  # the end of the input: what is left above the threshold, now
-                    manager.submit(manager.purge_unit())
+                    manager.submit(manager.purge_unit(), inline=True)
                     self._collect_compaction(blocking=True)
         elif manager is not None and wait_compaction:
             # Paimon's flushWriteBuffer(waitForLatestCompaction): collect the running compaction,
@@ -235,7 +240,7 @@ class KeyValueBucketWriter(BucketWriter):
         assert manager is not None
         self._collect_compaction(blocking=True)
         while manager.levels.level0:
-            manager.trigger()
+            manager.trigger(inline=True)
             if not manager.running:
                 return
             self._collect_compaction(blocking=True)
@@ -325,7 +330,7 @@ class KeyValueBucketWriter(BucketWriter):
             with metrics.write_stall(manager.table):
                 self._collect_compaction(blocking=True)
             manager.trigger()
-        manager.trigger()
+        manager.trigger(inline=self._at_commit)
 
     def compact(self, full: bool, wait: bool = True) -> None:
         manager = self.compaction.manager

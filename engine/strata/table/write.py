@@ -99,6 +99,9 @@ class TableWrite:
         self.commits_prepared = 0
         self._executor: ThreadPoolExecutor | None = None
         self._purge_executor: ThreadPoolExecutor | None = None  # deletion-vector purges, one at a time
+        # flushes and per-bucket commit preparation, several buckets at once; its threads live as
+        # long as the writer (see _bucket_pool)
+        self._bucket_executor: ThreadPoolExecutor | None = None
         self.merge_function = merge_function_for(self.schema.options, self.schema) if self.schema.primary_keys else None
         level = self.core.get("file.compression.zstd-level")
         compression = str(self.core.get("file.compression"))
@@ -347,14 +350,14 @@ class TableWrite:
         full = self.full_compaction_every is not None and self.commits_prepared % self.full_compaction_every == 0
         if full:
             self.compact(full=True)
-        self._flush_all()
         writers = list(self.writers.values())
-        if len(writers) > 1 and any(w.waits_at_commit for w in writers):
-            # each bucket waits for its level-0 compaction, then writes its deletion-vector index:
-            # side by side, one bucket's index write overlaps another's compaction
-            with ThreadPoolExecutor(max_workers=min(len(writers), os.cpu_count() or 1),
-                                    thread_name_prefix="strata-prepare") as pool:
-                messages = list(pool.map(lambda w: w.prepare_commit(wait_compaction), writers))
+        waits = any(w.waits_at_commit for w in writers)
+        if not waits:
+            self._flush_all()
+        if len(writers) > 1 and waits:
+            # each bucket flushes, moves its level 0 up and writes its deletion-vector index on
+            # one thread, side by side with the other buckets
+            messages = list(self._bucket_pool().map(lambda w: w.prepare_commit(wait_compaction), writers))
         else:
             messages = [w.prepare_commit(wait_compaction) for w in writers]
         if self.assigner is not None:
@@ -393,10 +396,16 @@ class TableWrite:
             for writer in pending:
                 writer.flush()
             return
-        with ThreadPoolExecutor(max_workers=min(len(pending), os.cpu_count() or 1),
-                                thread_name_prefix="strata-flush") as pool:
-            for future in [pool.submit(w.flush) for w in pending]:
-                future.result()
+        for future in [self._bucket_pool().submit(w.flush) for w in pending]:
+            future.result()
+
+    def _bucket_pool(self) -> ThreadPoolExecutor:
+        """The writer's threads for work on several buckets at once, one per core, started once
+        for the writer's life rather than at every commit."""
+        if self._bucket_executor is None:
+            self._bucket_executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                                       thread_name_prefix="strata-bucket")
+        return self._bucket_executor
 
     def compact(self, full: bool = False, partitions: list[bytes] | None = None,
                 buckets: Mapping[tuple[bytes, int], list[DataFileMeta]] | None = None) -> None:
@@ -440,6 +449,9 @@ class TableWrite:
         if self._purge_executor is not None:
             self._purge_executor.shutdown(wait=True, cancel_futures=True)
             self._purge_executor = None
+        if self._bucket_executor is not None:
+            self._bucket_executor.shutdown(wait=True, cancel_futures=True)
+            self._bucket_executor = None
         self.closed = True
 
     def __enter__(self) -> TableWrite:
