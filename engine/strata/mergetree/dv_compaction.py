@@ -122,13 +122,15 @@ class DeletionVectorCompaction:
         f = unit.files[0]
         return f.level == 0 and f.delete_row_count == 0 and not self.vectors.has_deletions(f.file_name)
 
-    def _flushed_codes(self, new: pa.Table, files: int) -> np.ndarray | None:
-        """The integer key codes of one level-0 file's records, if sorted and unique (as a flush
-        writes them): then they are the looked-up keys as they are, with no distinct pass."""
-        if files != 1 or len(self.key_names) != 1:
-            return None
-        codes = _key_codes(new.column(self.key_names[0]))
-        return codes if codes is not None and _strictly_increasing(codes) else None
+    def _level0_keys(self, new: pa.Table, files: int) -> tuple[pa.Table, np.ndarray | None]:
+        """The distinct keys of the records of `files` level-0 files, and their sorted codes when
+        known. One file's integer keys come sorted and unique, as a flush writes them: they are
+        the looked-up keys as they are, with no distinct pass."""
+        if files == 1 and len(self.key_names) == 1:
+            codes = _key_codes(new.column(self.key_names[0]))
+            if codes is not None and _strictly_increasing(codes):
+                return new.select(self.key_names), codes
+        return unique_keys(new, self.key_names), None
 
     def _upgrade(self, unit: CompactUnit) -> CompactResult:
         f = unit.files[0]
@@ -139,8 +141,7 @@ class DeletionVectorCompaction:
             new = _concat([t.drop_columns([ROW_POSITION]) for t in self.read_positioned(f, self.key_names)],
                           pa.schema([self.schema.field(n) for n in self.key_names]).empty_table())
             self._remember([f], new)  # its keys, for the lookups of the next commits
-        codes = self._flushed_codes(new, 1)
-        self._mark_superseded(unit, new if codes is not None else unique_keys(new, self.key_names), codes)
+        self._mark_superseded(unit, *self._level0_keys(new, 1))
         return CompactResult([f], [dataclasses.replace(f, level=unit.output_level)], [])
 
     def _purge(self, unit: CompactUnit) -> CompactResult:
@@ -243,8 +244,7 @@ class DeletionVectorCompaction:
         per_file = [(f, self._rows_of(f)) for f in unit.files]
         records = [t for _, tables in per_file for t in tables]
         new = _concat([t for f, tables in per_file if f.level == 0 for t in tables], self._empty())
-        sorted_codes = self._flushed_codes(new, sum(1 for f in unit.files if f.level == 0))
-        keys = new.select(self.key_names) if sorted_codes is not None else unique_keys(new, self.key_names)
+        keys, sorted_codes = self._level0_keys(new, sum(1 for f in unit.files if f.level == 0))
         if not self.values_needed:
             # deduplicate: the old rows are only marked, the unit's records win
             merged = drop_retractions(self._latest(records))
