@@ -48,6 +48,10 @@ class Predicate(ABC):
         """The predicate evaluated on `table`'s rows with compute kernels (no query plan): True,
         False or null (a filter drops null), as ``table.filter(self.to_arrow())`` decides."""
 
+    @functools.cached_property
+    def _integer_range(self) -> tuple[str, int, int] | None:  # see integer_range
+        return _integer_range(self)
+
     def __and__(self, other: Predicate) -> Predicate:
         return And(self, other)
 
@@ -279,7 +283,12 @@ def only_fields(predicate: Predicate | None, allowed: set[str]) -> Predicate | N
 
 def integer_range(predicate: Predicate) -> tuple[str, int, int] | None:
     """(field, lo, hi): the closed range of integers a conjunction of comparisons of one field
-    with integer literals allows (what a key range read asks); None for any other predicate."""
+    with integer literals allows (what a key range read asks); None for any other predicate.
+    Kept with the (immutable) predicate: a range read asks it again for every file."""
+    return predicate._integer_range
+
+
+def _integer_range(predicate: Predicate) -> tuple[str, int, int] | None:
     if isinstance(predicate, And):
         left, right = integer_range(predicate.left), integer_range(predicate.right)
         if left is None or right is None or left[0] != right[0]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,16 +76,28 @@ class ColumnMapping:
                 cols.append(src)
         return cols
 
-    def apply(self, batch: pa.Table) -> pa.Table:
-        arrays = []
-        present = set(batch.column_names)
+    def copy(self) -> ColumnMapping:
+        """A mapping of its own for another file (file_columns adapts `source` to each file)."""
+        clone = object.__new__(ColumnMapping)
+        clone.wanted, clone.source, clone.types = self.wanted, dict(self.source), self.types
+        return clone
+
+    def apply(self, batch: pa.Table | pa.RecordBatch, constants: Mapping[str, pa.Scalar] | None = None) -> pa.Table:
+        """The wanted columns of a decoded batch, in the reader's types; `constants`: the file's
+        columns that hold one value where it was read (not decoded), repeated."""
+        present = dict(zip(batch.schema.names, batch.columns, strict=True))
+        rows = batch.num_rows
+        arrays: list[pa.Array | pa.ChunkedArray] = []
         for name in self.wanted:
             src = self.source[name]
             target = self.types[name]
-            if src is None or src not in present:
-                arrays.append(pa.nulls(batch.num_rows, target))
+            if src is not None and constants and src in constants:
+                column = _repeat(constants[src], rows)
+            elif src is None or src not in present:
+                arrays.append(pa.nulls(rows, target))
                 continue
-            column = batch.column(src)
+            else:
+                column = present[src]
             arrays.append(column if column.type == target else _cast(column, target, name, src))
         return pa.Table.from_arrays(arrays, names=self.wanted)
 
@@ -172,6 +184,13 @@ class _Footer:
                                                       for g in range(metadata.num_row_groups)])])
         self._stats: dict[tuple[int, int], ColumnStats | None] = {}
         self._constants: dict[tuple[tuple[str, ...], tuple[int, ...] | None], dict[str, pa.Scalar]] = {}
+        self._pages: FilePages | bool | None = False  # False: not looked up yet
+
+    def pages(self, source: pa.NativeFile, path: str) -> FilePages | None:
+        """The file's page index (strata.io.page_index.file_pages), kept with its footer."""
+        if self._pages is False:
+            self._pages = file_pages(source, path, self.metadata)
+        return self._pages  # type: ignore[return-value]
 
     def rows(self, group: int) -> int:
         return int(self.starts[group + 1] - self.starts[group])
@@ -257,7 +276,7 @@ def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predic
         else:
             batches = (b for _, b in _batches(source, parquet, pages, decoded, batch_rows, use_threads))
         for batch in batches:
-            table = mapping.apply(_with_constants(batch, constants))
+            table = mapping.apply(batch, constants)
             yield table if expression is None else _filtered(table, expression)
 
 
@@ -276,7 +295,7 @@ def _page_runs(source: pa.NativeFile, path: str, parquet: _ParquetFile, groups: 
     """Where the page index narrows the row groups `prune` kept to ranges of rows (None: nowhere)."""
     if prune is None or not groups:
         return None
-    pages = file_pages(source, path, parquet.metadata)
+    pages = parquet.footer.pages(source, path)
     if pages is None:
         return None
     arrow = parquet.schema_arrow
@@ -359,7 +378,7 @@ def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: 
             elif early and row_filter is not None:
                 yield _selected(batch, offset, dead, positions, mapping, constants, row_filter)
             else:
-                yield _live_rows(mapping.apply(_with_constants(batch, constants)), offset, dead, positions,
+                yield _live_rows(mapping.apply(batch, constants), offset, dead, positions,
                                  expression)
 
 
@@ -378,17 +397,8 @@ def _consecutive(groups: Sequence[int]) -> list[list[int]]:
     return runs
 
 
-def _with_constants(batch: pa.RecordBatch, constants: dict[str, pa.Scalar]) -> pa.Table:
-    return _add_constants(pa.Table.from_batches([batch]), constants)
-
-
-def _add_constants(table: pa.Table, constants: dict[str, pa.Scalar]) -> pa.Table:
-    for name, value in constants.items():
-        table = table.append_column(name, _repeat(value, table.num_rows))
-    return table
-
-
 _REPEATED: dict[tuple[pa.DataType, object], pa.Array] = {}  # constant column values, by type and value
+_REPEATED_BY_SCALAR: dict[int, tuple[pa.Scalar, pa.Array]] = {}  # the same, by the scalar asked with
 _REPEATED_LOCK = threading.Lock()
 REPEAT_CACHE_ROWS = BATCH_ROWS  # a repeated value this long is kept and sliced (zero copy) for shorter batches
 
@@ -398,6 +408,9 @@ def _repeat(value: pa.Scalar, n: int) -> pa.Array:
     partition column is the same in every batch of every read)."""
     if n > REPEAT_CACHE_ROWS or not value.is_valid:
         return _build_repeat(value, n)
+    seen = _REPEATED_BY_SCALAR.get(id(value))
+    if seen is not None and seen[0] is value:  # the footer's constants: the same scalars every read
+        return seen[1].slice(0, n)
     try:
         key = (value.type, value.as_py())
         hash(key)
@@ -413,7 +426,12 @@ def _repeat(value: pa.Scalar, n: int) -> pa.Array:
         with _REPEATED_LOCK:
             if len(_REPEATED) >= 64:  # a bound: many distinct values (partitions) are read in turn
                 _REPEATED.clear()
+                _REPEATED_BY_SCALAR.clear()
             _REPEATED[key] = kept
+    with _REPEATED_LOCK:
+        if len(_REPEATED_BY_SCALAR) >= 256:
+            _REPEATED_BY_SCALAR.clear()
+        _REPEATED_BY_SCALAR[id(value)] = (value, kept)  # the scalar kept with it: its id is not reused
     return kept.slice(0, n)
 
 
@@ -441,7 +459,7 @@ def _without_dead(batch: pa.RecordBatch, offset: int, dead: np.ndarray, position
         keep[dead] = False
         rows = np.flatnonzero(keep)
         table = table.take(pa.array(rows))  # a gather of the kept rows: ~30% cheaper than a boolean filter
-    table = mapping.apply(_add_constants(table, constants))
+    table = mapping.apply(table, constants)
     if positions:
         at = np.arange(offset, offset + batch.num_rows, dtype=np.int64) if rows is None else rows + offset
         table = table.append_column(ROW_POSITION, pa.array(at))
@@ -456,7 +474,7 @@ def _selected(batch: pa.RecordBatch, offset: int, dead: np.ndarray, positions: b
     try:
         mask = row_filter.mask(table)
     except (pa.ArrowException, TypeError, ValueError):  # a literal the kernels take only through a plan
-        return _live_rows(mapping.apply(_with_constants(batch, constants)), offset, dead, positions,
+        return _live_rows(mapping.apply(batch, constants), offset, dead, positions,
                           row_filter.to_arrow())
     if isinstance(mask, pa.ChunkedArray):
         mask = mask.combine_chunks()
@@ -467,7 +485,7 @@ def _selected(batch: pa.RecordBatch, offset: int, dead: np.ndarray, positions: b
     rows = np.flatnonzero(keep)
     if len(rows) < table.num_rows:
         table = table.take(pa.array(rows))
-    table = mapping.apply(_add_constants(table, constants))
+    table = mapping.apply(table, constants)
     if positions:
         table = table.append_column(ROW_POSITION, pa.array(rows + offset))
     return table

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from strata.deletionvectors import deleted_positions
 from strata.errors import SnapshotNotFoundError
-from strata.expressions import Predicate, only_fields
+from strata.expressions import Predicate, integer_range, only_fields
 from strata.expressions.literals import bind
 from strata.fs import FileIO
 from strata.fs.prefetch import PrefetchedFileIO, prefetching
@@ -26,7 +26,7 @@ from strata.mergetree.merge_function import FirstRowMerge, live_rows_mask, merge
 from strata.mergetree.merge_reader import merge_runs
 from strata.operation.commit import key_decoder
 from strata.scan.planner import DataSplit, TableScan
-from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND
+from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 from strata.store import FileStore, HasStore, store_of
 
 ROW_KIND_COLUMN = "_ROW_KIND"
@@ -56,6 +56,8 @@ class TableRead:
         # a filter on key columns only selects whole keys: each run is filtered before its merge,
         # and the merged rows need no second pass
         self.filter_in_runs = filter is not None and bool(self.schema.primary_keys) and filter.fields() <= key_fields
+        self.key_range = _sorted_key_range(self.schema, self.key_filter)
+        self._mappings: dict[tuple[int, tuple[str, ...]], ColumnMapping] = {}
 
     # -- public ----------------------------------------------------------------------------------
     def to_batches(self, splits: Sequence[DataSplit]) -> Iterator[pa.RecordBatch]:
@@ -241,12 +243,14 @@ class TableRead:
         for f in files:
             for batch in decode(f, wanted, self.key_filter):
                 batch = _with_aliases(batch, key_values)
-                yield batch if self.key_filter is None else filter_rows(batch, self.key_filter)
+                if self.key_range is not None:
+                    yield _in_key_range(batch, *self.key_range)
+                else:
+                    yield batch if self.key_filter is None else filter_rows(batch, self.key_filter)
 
     def _read(self, split: DataSplit, f: DataFileMeta, wanted: list[str], prune: Predicate | None, io: FileIO,
               decode_threads: bool = True, row_range: tuple[int, int] | None = None) -> Iterator[pa.Table]:
-        writer_schema = self.store.schema_at(f.schema_id)
-        mapping = ColumnMapping(self.schema, writer_schema, wanted)
+        mapping = self._mapping(f.schema_id, wanted)
         stat_names = {k: KEY_PREFIX + k for k in self.schema.trimmed_primary_keys} if self.key_names else {}
         deleted = None
         if split.deletion_files and f.file_name in split.deletion_files:
@@ -256,6 +260,15 @@ class TableRead:
         row_filter = self.filter if self._raw(split) else None
         yield from read_file(io, split.file_path(f), mapping, prune, stat_names, use_threads=decode_threads,
                              deleted=deleted, row_filter=row_filter, row_range=row_range)
+
+    def _mapping(self, schema_id: int, wanted: list[str]) -> ColumnMapping:
+        """How a file written under `schema_id` holds `wanted`: worked out once per read and
+        copied for each file (threads may both work it out; they store equal mappings)."""
+        key = (schema_id, tuple(wanted))
+        template = self._mappings.get(key)
+        if template is None:
+            template = self._mappings[key] = ColumnMapping(self.schema, self.store.schema_at(schema_id), wanted)
+        return template.copy()
 
     def _finish(self, batch: pa.Table, with_kinds: bool, filtered: bool = False) -> pa.Table:
         """Drop retractions (or label them), apply the filter (unless already `filtered`), project."""
@@ -362,6 +375,30 @@ def _row_ranges(row_count: int) -> list[tuple[int, int] | None]:
 
 def _share(part: tuple[int, int] | None, row_count: int) -> float:
     return 1.0 if part is None or not row_count else (part[1] - part[0]) / row_count
+
+
+def _sorted_key_range(schema: TableSchema, key_filter: Predicate | None) -> tuple[str, int, int] | None:
+    """(key column, lo, hi) when `key_filter` is a closed range of the first key field, an
+    integer: a data file is sorted by key, so the rows it selects from a run of the file are a
+    slice of it (`_in_key_range`), found by binary search instead of testing every row."""
+    interval = integer_range(key_filter) if key_filter is not None and schema.primary_keys else None
+    if interval is None:
+        return None
+    first = schema.key_fields()[0]
+    if interval[0] != first.name or not pa.types.is_integer(first.type.to_arrow()):
+        return None
+    return KEY_PREFIX + first.name, interval[1], interval[2]
+
+
+def _in_key_range(batch: pa.Table, column: str, lo: int, hi: int) -> pa.Table:
+    """The rows of `batch`, sorted by `column`, whose `column` is in [lo, hi] (zero-copy)."""
+    keys = to_numpy(batch.column(column))
+    bounds = np.iinfo(keys.dtype)
+    if lo > hi or lo > bounds.max or hi < bounds.min:
+        return batch.slice(0, 0)
+    start = int(np.searchsorted(keys, max(lo, bounds.min), side="left"))
+    end = int(np.searchsorted(keys, min(hi, bounds.max), side="right"))
+    return batch.slice(start, end - start)
 
 
 def _with_aliases(batch: pa.Table, key_values: Sequence[str]) -> pa.Table:
