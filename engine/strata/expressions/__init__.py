@@ -50,7 +50,7 @@ class Predicate(ABC):
 
     @functools.cached_property
     def _integer_range(self) -> tuple[str, int, int] | None:  # see integer_range
-        return _integer_range(self)
+        return _compute_integer_range(self)
 
     def __and__(self, other: Predicate) -> Predicate:
         return And(self, other)
@@ -288,7 +288,7 @@ def integer_range(predicate: Predicate) -> tuple[str, int, int] | None:
     return predicate._integer_range
 
 
-def _integer_range(predicate: Predicate) -> tuple[str, int, int] | None:
+def _compute_integer_range(predicate: Predicate) -> tuple[str, int, int] | None:
     if isinstance(predicate, And):
         left, right = integer_range(predicate.left), integer_range(predicate.right)
         if left is None or right is None or left[0] != right[0]:

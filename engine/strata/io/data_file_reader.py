@@ -423,12 +423,12 @@ def _repeat(value: pa.Scalar, n: int) -> pa.Array:
         kept = _REPEATED.get(key)
     if kept is None:
         kept = _build_repeat(value, REPEAT_CACHE_ROWS)
-        with _REPEATED_LOCK:
+    with _REPEATED_LOCK:
+        if key not in _REPEATED:
             if len(_REPEATED) >= 64:  # a bound: many distinct values (partitions) are read in turn
                 _REPEATED.clear()
                 _REPEATED_BY_SCALAR.clear()
             _REPEATED[key] = kept
-    with _REPEATED_LOCK:
         if len(_REPEATED_BY_SCALAR) >= 256:
             _REPEATED_BY_SCALAR.clear()
         _REPEATED_BY_SCALAR[id(value)] = (value, kept)  # the scalar kept with it: its id is not reused
