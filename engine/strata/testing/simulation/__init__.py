@@ -1,0 +1,1 @@
+"""Deterministic simulation of the table store: random tables, operations, committers and faults, checked against a model."""
