@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from strata.errors import CommitConflictError, SnapshotNotFoundError, StrataError
 from strata.fs import FileIO
-from strata.names import BRANCH_TABLE_PREFIX, SYSTEM_TABLE_SEPARATOR, check_branch_name
+from strata.names import BRANCH_TABLE_PREFIX, SYSTEM_TABLE_SEPARATOR, check_branch_name, check_tag_name
 from strata.schema.schema_manager import SchemaManager
 from strata.snapshot.snapshot import Snapshot
 from strata.snapshot.snapshot_manager import SnapshotManager
@@ -134,6 +134,8 @@ class BranchManager:
         """An empty branch with the current branch's schemas, or one starting at a tag (the tag,
         its snapshot and the schemas up to its schema come along) or at a snapshot."""
         validate_branch_name(name)
+        if from_tag is not None:
+            check_tag_name(from_tag)  # it becomes a path: tag/tag-<name>
         if from_tag is not None and from_snapshot is not None:
             raise ValueError("create a branch from a tag or from a snapshot, not both")
         if self.exists(name):

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import strata
-from strata.errors import CommitConflictError, SnapshotNotFoundError, TableNotFoundError
+from strata.errors import CommitConflictError, InvalidNameError, SnapshotNotFoundError, TableNotFoundError
 from strata.snapshot.branches import BranchManager, BranchNotFoundError, split_branch_table
 from strata.snapshot.snapshot_manager import PUBLISH_LOCK
 
@@ -57,6 +57,16 @@ def test_names_are_validated_as_paimon_does(table):
     with pytest.raises(ValueError, match="do not use in fast-forward"):
         table.fast_forward("main")
     assert table.list_branches() == ["b1"]
+
+
+@pytest.mark.parametrize("tag", ["../../snapshot/snapshot-1", "../tag-t1", "%2e%2e", " t1"])
+def test_a_branch_from_a_malformed_tag_name_is_refused(table, warehouse_io, tag):
+    """The tag name becomes a path (tag/tag-<name>): one that climbs out would branch from a file
+    that is not a tag."""
+    with pytest.raises(InvalidNameError, match="tag name"):
+        table.create_branch("b1", from_tag=tag)
+    assert table.list_branches() == []
+    assert not warehouse_io.exists(f"{table.path}/branch/branch-b1")
 
 
 def test_split_branch_table_names():
