@@ -18,6 +18,7 @@ from strata.errors import CorruptDataError, FilterError, SchemaMismatchError
 from strata.expressions import ColumnStats, Predicate
 from strata.fs import FileIO
 from strata.io.arrays import scalar, to_numpy
+from strata.io.leaves import primitive_leaves
 from strata.io.page_index import (
     COALESCE_GAP,
     OBJECT_STORE_GAP,
@@ -179,7 +180,8 @@ class _Footer:
         self.schema = schema
         self.nested_paths = nested_paths
         self.names = set(schema.names)
-        self.index = {name: i for i, name in enumerate(schema.names)}
+        # top-level column -> its Parquet column: statistics and page indexes are per leaf
+        self.leaves = primitive_leaves(schema)
         self.starts = np.concatenate([[0], np.cumsum([metadata.row_group(g).num_rows
                                                       for g in range(metadata.num_row_groups)])])
         self._stats: dict[tuple[int, int], ColumnStats | None] = {}
@@ -207,7 +209,7 @@ class _Footer:
     def constants(self, columns: Sequence[str], groups: list[int] | None) -> dict[str, pa.Scalar]:
         key = (tuple(columns), None if groups is None else tuple(groups))
         if key not in self._constants:
-            self._constants[key] = _constant_columns(self.metadata, self.schema, columns, groups)
+            self._constants[key] = _constant_columns(self.metadata, self.schema, columns, groups, self.leaves)
         return self._constants[key]
 
 
@@ -299,12 +301,12 @@ def _page_runs(source: pa.NativeFile, path: str, parquet: _ParquetFile, groups: 
     if pages is None:
         return None
     arrow = parquet.schema_arrow
-    index = parquet.footer.index
+    leaves = parquet.footer.leaves
     columns: dict[str, tuple[int, pa.DataType] | None] = {}
     for f in prune.fields():
         name = names.get(f, f)
-        if name is None or name in index:
-            columns[f] = None if name is None else (index[name], arrow.field(name).type)
+        if name is None or name in leaves:
+            columns[f] = None if name is None else (leaves[name], arrow.field(name).type)
     runs = {g: found for g in groups
             if (found := selected_rows(pages, g, parquet.footer.rows(g), prune, columns)) is not None}
     return _PageRuns(groups, runs, pages, OBJECT_STORE_GAP if object_store else COALESCE_GAP) if runs else None
@@ -507,13 +509,13 @@ def _live_rows(table: pa.Table, offset: int, dead: np.ndarray, positions: bool,
     return table
 
 
-def _constant_columns(meta: pq.FileMetaData, arrow: pa.Schema, columns: Sequence[str],
-                      groups: list[int] | None) -> dict[str, pa.Scalar]:
+def _constant_columns(meta: pq.FileMetaData, arrow: pa.Schema, columns: Sequence[str], groups: list[int] | None,
+                      leaves: Mapping[str, int] | None = None) -> dict[str, pa.Scalar]:
     """String, binary and integer columns holding one value in every row group read (a partition
     column, the row kind of insert-only files), by their statistics: repeating the value is an
     order of magnitude cheaper than decoding it. Equal min and max are exact (a truncated max
-    would differ from the min); floats are left out (NaN, -0.0)."""
-    leaves = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    would differ from the min); floats are left out (NaN, -0.0). `leaves`: primitive_leaves(arrow)."""
+    leaves = primitive_leaves(arrow) if leaves is None else leaves
     found: dict[str, pa.Scalar] = {}
     read = range(meta.num_row_groups) if groups is None else groups
     for name in columns:
@@ -551,8 +553,8 @@ def _row_groups(footer: _Footer, prune: Predicate | None, names: dict[str, str |
             name = names.get(field, field)
             if name is None:  # added after the file was written: all null in it
                 return ColumnStats(None, None, rows, rows)
-            col_index = footer.index.get(name)
-            return None if col_index is None else footer.stats(group, col_index)
+            leaf = footer.leaves.get(name)  # None: not in the file, or nested (no statistics of its own)
+            return None if leaf is None else footer.stats(group, leaf)
 
         if prune.may_match(lookup):
             keep.append(g)

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from strata.format import binary_row
 from strata.fs import FileIO
+from strata.io.leaves import primitive_leaves
 from strata.io.page_index import PAGE_ROWS
 from strata.io.paths import PathFactory
 from strata.io.stats import _truncate_max, _truncate_min
@@ -108,22 +109,8 @@ def _footer_type(t: pa.DataType) -> bool:
             or (pa.types.is_decimal128(t) and t.precision <= 18))  # stored as INT32 / INT64
 
 
-def _leaves(t: pa.DataType) -> int:
-    """Parquet columns (leaves) of an Arrow type."""
-    return sum(_leaves(t.field(i).type) for i in range(t.num_fields)) if t.num_fields else 1
-
-
-def _first_leaves(schema: pa.Schema) -> dict[str, int]:
-    """Each top-level field's first Parquet column."""
-    leaf, first = 0, {}
-    for f in schema:
-        first[f.name] = leaf
-        leaf += _leaves(f.type)
-    return first
-
-
-def _column_stats(schema: pa.Schema, first_leaf: dict[str, int], names: list[str]) -> list[_ColumnStats]:
-    return [_ColumnStats(first_leaf[n] if _footer_type(schema.field(n).type) else None) for n in names]
+def _column_stats(schema: pa.Schema, leaves: dict[str, int], names: list[str]) -> list[_ColumnStats]:
+    return [_ColumnStats(leaves[n] if _footer_type(schema.field(n).type) else None) for n in names]
 
 
 @dataclass
@@ -159,7 +146,7 @@ class DataFileWriter:
         self.name_prefix = name_prefix
         self.delta = _sorted_integers(config.schema) if self.has_key else []
         self.leaf_paths = _leaf_paths(self.file_schema)
-        self.first_leaf = _first_leaves(self.file_schema)
+        self.leaves = primitive_leaves(self.file_schema)
         # the last sample's encodings, shared by the bucket's flush, compaction and purge threads
         # (a race only samples twice)
         self._sampled: dict[str, Any] | None = None
@@ -203,8 +190,8 @@ class DataFileWriter:
                                   # DECIMAL(p <= 18) as INT32/INT64, as Paimon's and Trino's writers store it
                                   store_decimal_as_integer=True, **self._encodings(first), **self._page_size(level))
         return _OpenFile(name, path, sink, writer, first_sequence,
-                         value_stats=_column_stats(self.file_schema, self.first_leaf, self.value_names),
-                         key_stats=_column_stats(self.file_schema, self.first_leaf, self.key_names))
+                         value_stats=_column_stats(self.file_schema, self.leaves, self.value_names),
+                         key_stats=_column_stats(self.file_schema, self.leaves, self.key_names))
 
     def _encodings(self, first: pa.Table) -> dict[str, Any]:
         """The encodings of a new file: sampled from its first rows, or the last sample's when it
@@ -270,7 +257,7 @@ class DataFileWriter:
         for stats in (*(f.value_stats if self.config.stats_truncate != 0 else ()), *f.key_stats):
             stats.add_footer(footer)
         if self.has_key:
-            sequence = _ColumnStats(self.first_leaf[SEQUENCE_NUMBER])
+            sequence = _ColumnStats(self.leaves[SEQUENCE_NUMBER])
             sequence.add_footer(footer)
             f.min_seq, f.max_seq = sequence.min, sequence.max
         size = self.file_io.file_size(f.path)

@@ -31,6 +31,7 @@ from pyarrow._parquet import ParquetReader
 
 from strata.expressions import ColumnStats, Predicate, integer_range
 from strata.io import thrift_compact as tc
+from strata.io.leaves import primitive_leaves
 
 # A page holds this many rows (the writer's max_rows_per_page and write_batch_size: with both
 # equal, every column's pages start at the same rows, dictionary fall-backs included).
@@ -89,6 +90,7 @@ class FilePages:
     files never change once written)."""
 
     footer: tc.Struct
+    leaves: dict[str, int]  # top-level column -> its Parquet column (strata.io.leaves)
     pages: dict[tuple[int, int], _Pages | None] = field(default_factory=dict)
     stats: dict[tuple[int, int], _PageStats | None] = field(default_factory=dict)
     index: bytes = b""
@@ -132,7 +134,7 @@ def _load(source: pa.NativeFile, meta: pq.FileMetaData) -> FilePages | None:
     schema = footer[_FMD_SCHEMA][1][1]
     if len(schema) != meta.num_columns + 1 or any(_SE_NUM_CHILDREN in e for e in schema[1:]):
         return None  # nested columns: a page's rows are not its values
-    found = FilePages(footer)
+    found = FilePages(footer, primitive_leaves(meta.schema.to_arrow_schema()))
     spans = [(c[_CC_OFFSET_INDEX][1], c[_CC_OFFSET_INDEX][1] + c[_CC_OFFSET_INDEX_LEN][1])
              for g in footer[_FMD_ROW_GROUPS][1][1] for c in g[_RG_COLUMNS][1][1] if _CC_OFFSET_INDEX in c]
     spans += [(c[_CC_COLUMN_INDEX][1], c[_CC_COLUMN_INDEX][1] + c[_CC_COLUMN_INDEX_LEN][1])
@@ -348,8 +350,7 @@ def read_rows(source: pa.NativeFile, pages: FilePages, parquet: pq.ParquetFile, 
     starts at in the group."""
     if not runs:
         return
-    names = parquet.schema_arrow.names
-    leaves = [names.index(c) for c in columns]
+    leaves = [pages.leaves[c] for c in columns]
     located = [_column_pages(pages, group, c) for c in leaves]
     if any(p is None for p in located):
         raise ValueError(f"a column of row group {group} has no offset index")
@@ -492,7 +493,8 @@ def _footer_parts(pages: FilePages, arrow: pa.Schema, leaves: list[int]) -> tupl
             orders = original[_FMD_COLUMN_ORDERS][1]
             footer[_FMD_COLUMN_ORDERS] = (tc.LIST, (orders[0], [orders[1][c] for c in leaves]))
         # the Arrow schema of those columns, so that they decode to the types they were written as
-        subset = pa.schema([arrow.field(c) for c in leaves])
+        names = {leaf: name for name, leaf in pages.leaves.items()}
+        subset = pa.schema([arrow.field(names[c]) for c in leaves])
         footer[_FMD_KV] = (tc.LIST, (tc.STRUCT, [{1: (tc.BINARY, b"ARROW:schema"),
                                                   2: (tc.BINARY, base64.b64encode(subset.serialize().to_pybytes()))}]))
         pages.footers[key] = (tc.encode_fields({k: v for k, v in footer.items() if k < _FMD_NUM_ROWS}),
