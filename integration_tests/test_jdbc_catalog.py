@@ -14,11 +14,12 @@ import pytest
 from sqlalchemy import Engine, create_engine, inspect, text
 
 import strata
-from strata.catalog.jdbc import JdbcCatalog, sqlalchemy_url
+from strata.catalog.jdbc import JdbcCatalog, LocationConflictError, sqlalchemy_url
 from strata.catalog.lock import LOCK_TABLE, JdbcCatalogLock, JdbcLock, LockAcquireTimeoutError, ensure_lock_table
 from strata.errors import (
     DatabaseNotEmptyError,
     DatabaseNotFoundError,
+    InvalidNameError,
     OptionError,
     TableAlreadyExistsError,
     TableNotFoundError,
@@ -157,6 +158,64 @@ def test_unregistered_leftover_directory_is_not_silently_adopted(catalog: JdbcCa
         catalog.get_table("db.t")
     with pytest.raises(TableAlreadyExistsError, match="already holds a table schema"):
         catalog.create_table("db.t", SCHEMA)
+
+
+def test_a_database_location_may_not_overlap_another(catalog: JdbcCatalog) -> None:
+    """A database's location is deleted when it is dropped: it must be no other database's
+    directory, nor inside or around one (nor a table's: tables lie inside their database)."""
+    warehouse = catalog.warehouse
+    catalog.create_database("victim")
+    catalog.create_table("victim.t", SCHEMA).write(rows([1, 2, 3]))
+    for location, relation in ((f"{warehouse}/victim.db", "is"), (f"{warehouse}/victim.db/t", "lies inside"),
+                               (f"{warehouse}/./victim.db/", "is")):
+        with pytest.raises(LocationConflictError, match=f"{relation} the directory of database 'victim'"):
+            catalog.create_database("evil", properties={"location": location})
+    catalog.create_database("inner", properties={"location": f"{warehouse}/outer/inner"})
+    with pytest.raises(LocationConflictError, match="contains the directory of database 'inner'"):
+        catalog.create_database("outer", properties={"location": f"{warehouse}/outer"})
+    catalog.create_database("squatter", properties={"location": f"{warehouse}/later.db"})
+    with pytest.raises(LocationConflictError, match=r"database 'later'.*directory of database 'squatter'"):
+        catalog.create_database("later")  # its default location is taken
+    assert catalog.list_databases() == ["inner", "squatter", "victim"]
+
+    catalog.create_database("own", properties={"location": f"{warehouse}/elsewhere/own"})
+    catalog.create_table("own.t", SCHEMA).write(rows([9]))
+    for name in ("own", "inner", "squatter"):
+        catalog.drop_database(name, cascade=True)
+    assert catalog.get_table("victim.t").to_arrow().num_rows == 3
+    assert not (Path(warehouse) / "elsewhere" / "own").exists() and (Path(warehouse) / "elsewhere").exists()
+    catalog.drop_database("victim", cascade=True)
+    assert not (Path(warehouse) / "victim.db").exists()
+
+
+def test_dropping_a_database_registered_over_another_deletes_no_file(catalog: JdbcCatalog) -> None:
+    """A database registered before locations were checked, at another's directory: dropping it
+    unregisters it and keeps the files, which are the other database's too."""
+    catalog.create_database("victim")
+    catalog.create_table("victim.t", SCHEMA).write(rows([1, 2, 3]))
+    with catalog.engine.begin() as conn:
+        conn.execute(text("INSERT INTO paimon_database_properties VALUES (:key, 'evil', :pk, :pv)"),
+                     [{"key": catalog.catalog_key, "pk": "exists", "pv": "true"},
+                      {"key": catalog.catalog_key, "pk": "location", "pv": f"{catalog.warehouse}/victim.db"}])
+        conn.execute(text("INSERT INTO paimon_tables VALUES (:key, 'evil', 't')"), {"key": catalog.catalog_key})
+    catalog.drop_database("evil", cascade=True)
+    assert catalog.list_databases() == ["victim"]
+    assert catalog.get_table("victim.t").to_arrow().num_rows == 3
+
+
+def test_a_table_whose_lock_id_would_not_fit_is_refused_at_creation(catalog: JdbcCatalog) -> None:
+    """Names may be 240 bytes each, the lock id '<catalog-key>.<db>.<table>' at most 255
+    characters: such a table could be created but never committed to under the lock."""
+    database = "d" * 100
+    catalog.create_database(database)
+    fits = "t" * (255 - len(catalog.catalog_key) - 2 - len(database))
+    with pytest.raises(InvalidNameError, match=r"lock id .* 256 characters long.*at most 255"):
+        catalog.create_table(f"{database}.{fits}x", SCHEMA)
+    assert catalog.list_tables(database) == []
+    assert not (Path(catalog.database_path(database)) / f"{fits}x").exists()
+    catalog.create_table(f"{database}.{fits}", SCHEMA).write(rows([1]))
+    with JdbcCatalogLock(catalog.engine, catalog.catalog_key, {}).lock(database, fits) as lock:
+        assert lock.held
 
 
 @pytest.mark.sqlite

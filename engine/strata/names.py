@@ -245,3 +245,17 @@ def path_under(root: str, child: str) -> str:
     if _climbs_above_start(child):
         raise InvalidNameError(f"path {child!r} climbs out of the warehouse {root!r}")
     return require_under(root, f"{root.rstrip('/')}/{child}")
+
+
+def path_relation(path: str, other: str) -> str | None:
+    """How directory `path` meets directory `other`: "is", "contains", "lies inside", or None when
+    they are disjoint. Both must be spelled from one warehouse root (`require_under`,
+    `path_under`), so comparing the strings compares the directories."""
+    path, other = path.rstrip("/"), other.rstrip("/")
+    if path == other:
+        return "is"
+    if other.startswith(path + "/"):
+        return "contains"
+    if path.startswith(other + "/"):
+        return "lies inside"
+    return None

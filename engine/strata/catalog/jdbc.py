@@ -37,17 +37,18 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from strata.catalog.base import Catalog
 from strata.catalog.filesystem import DB_SUFFIX
-from strata.catalog.lock import JdbcCatalogLock, LockedPublisher
+from strata.catalog.lock import JdbcCatalogLock, LockedPublisher, lock_key_max_length, table_lock_id
 from strata.errors import (
     CorruptMetadataError,
     DatabaseNotEmptyError,
     DatabaseNotFoundError,
+    InvalidNameError,
     OptionError,
     TableAlreadyExistsError,
     TableNotFoundError,
 )
 from strata.fs import FileIO, file_io_for
-from strata.names import check_database_name, check_table_name, path_under, require_under
+from strata.names import check_database_name, check_table_name, path_relation, path_under, require_under
 from strata.schema.schema_manager import SchemaManager
 from strata.store import Identifier
 from strata.table.table import Table
@@ -75,6 +76,11 @@ _CREATE_DATABASE_PROPERTIES = (f"CREATE TABLE {DATABASE_PROPERTIES} ("
                                "PRIMARY KEY (catalog_key, database_name, property_key))")
 
 PublishFn = Callable[["SnapshotManager", "Snapshot"], bool]
+
+
+class LocationConflictError(OptionError):
+    """A database location that is, contains or lies inside another database's directory (and so
+    its tables'): dropping either database would delete the other's files."""
 
 
 def sqlalchemy_url(uri: str, options: Mapping[str, str] | None = None) -> str:
@@ -190,10 +196,46 @@ class JdbcCatalog(Catalog):
     def database_path(self, name: str) -> str:
         """The database's ``location`` (default ``<warehouse>/<name>.db``), which must lie under the
         warehouse: dropping a database deletes it."""
-        location = self.database_properties(name).get(LOCATION_PROPERTY)
-        if location:
-            return require_under(self.warehouse, location.rstrip("/"))
+        return self._location(name, self.database_properties(name).get(LOCATION_PROPERTY))
+
+    def _location(self, name: str, stored: str | None) -> str:
+        if stored:
+            return require_under(self.warehouse, stored.rstrip("/"))
         return path_under(self.warehouse, f"{name}{DB_SUFFIX}")
+
+    def _database_locations(self) -> dict[tuple[str, str], str]:
+        """The directory of every database in this warehouse, by (catalog key, name): this
+        catalog's, and other catalog keys' whose stored location lies in this warehouse."""
+        stored = {(str(k), str(db)): str(v) for k, db, v in self._rows(
+            f"SELECT catalog_key, database_name, property_value FROM {DATABASE_PROPERTIES} "
+            "WHERE property_key = :pk AND property_value IS NOT NULL", pk=LOCATION_PROPERTY)}
+        for name in self.list_databases():
+            stored.setdefault((self.catalog_key, name), "")
+        locations = {}
+        for (key, name), location in stored.items():
+            try:
+                locations[(key, name)] = self._location(name, location)
+            except InvalidNameError:
+                continue  # elsewhere (another warehouse), or a name only another catalog allows
+        return locations
+
+    def _overlap(self, name: str, location: str) -> str | None:
+        """Why `location` may not be database `name`'s directory: it is, contains or lies inside
+        another database's; None when it overlaps none."""
+        for (key, other), path in sorted(self._database_locations().items()):
+            relation = path_relation(location, path)
+            if relation is None or (key, other) == (self.catalog_key, name):
+                continue
+            owner = f"database {other!r}" + ("" if key == self.catalog_key else f" of catalog key {key!r}")
+            return f"{location!r} {relation} the directory of {owner} ({path!r})"
+        return None
+
+    def _check_location(self, name: str, location: str) -> None:
+        conflict = self._overlap(name, location)
+        if conflict is not None:
+            raise LocationConflictError(
+                f"database {name!r}: location {conflict}; dropping one database would delete the other's "
+                "tables. Give a location of its own inside the warehouse, or none")
 
     def table_path(self, ident: Identifier) -> str:
         return path_under(self.database_path(ident.database), ident.table)
@@ -204,9 +246,9 @@ class JdbcCatalog(Catalog):
             if ignore_if_exists:
                 return
             raise TableAlreadyExistsError(f"database {name!r} already exists")
-        props = {EXISTS_PROPERTY: "true", LOCATION_PROPERTY: path_under(self.warehouse, f"{name}{DB_SUFFIX}"),
-                 **dict(properties or {})}
-        props[LOCATION_PROPERTY] = require_under(self.warehouse, props[LOCATION_PROPERTY].rstrip("/"))
+        props = {EXISTS_PROPERTY: "true", **dict(properties or {})}
+        props[LOCATION_PROPERTY] = self._location(name, props.get(LOCATION_PROPERTY))
+        self._check_location(name, props[LOCATION_PROPERTY])
         try:
             with self.engine.begin() as conn:
                 conn.execute(text(f"INSERT INTO {DATABASE_PROPERTIES} "
@@ -217,6 +259,11 @@ class JdbcCatalog(Catalog):
             if not ignore_if_exists:
                 raise TableAlreadyExistsError(f"database {name!r} already exists") from None
             return
+        try:  # a concurrent create of an overlapping database passed its check too: both back out
+            self._check_location(name, props[LOCATION_PROPERTY])
+        except LocationConflictError:
+            self._unregister_database(name)
+            raise
         self.file_io.mkdirs(props[LOCATION_PROPERTY])  # browsable by path, as a filesystem catalog's
 
     def drop_database(self, name: str, ignore_if_not_exists: bool = False, cascade: bool = False) -> None:
@@ -227,14 +274,20 @@ class JdbcCatalog(Catalog):
         tables = self.list_tables(name)
         if tables and not cascade:
             raise DatabaseNotEmptyError(f"database {name!r} is not empty; use cascade=True")
-        for table in tables:
-            self.drop_table(Identifier(name, table), ignore_if_not_exists=True)
         path = self.database_path(name)
+        shared = self._overlap(name, path)
+        if shared is not None:  # registered before locations were checked: its files are not its own
+            log.warning("database %s: unregistered without deleting any file: its location %s", name, shared)
+        for table in tables if shared is None else ():
+            self.drop_table(Identifier(name, table), ignore_if_not_exists=True)
+        self._unregister_database(name)
+        if cascade and shared is None:
+            self.file_io.delete_dir(path)
+
+    def _unregister_database(self, name: str) -> None:
         self._execute(f"DELETE FROM {TABLES} WHERE catalog_key = :key AND database_name = :db", db=name)
         self._execute(f"DELETE FROM {DATABASE_PROPERTIES} WHERE catalog_key = :key AND database_name = :db",
                       db=name)
-        if cascade:
-            self.file_io.delete_dir(path)
 
     def list_databases(self) -> list[str]:
         names = {r[0] for r in self._rows(f"SELECT DISTINCT database_name FROM {TABLES} WHERE catalog_key = :key")}
@@ -256,12 +309,24 @@ class JdbcCatalog(Catalog):
     def table_exists(self, name: str | Identifier) -> bool:
         return self._registered(Identifier.parse(name))
 
+    def check_lock_id(self, ident: Identifier) -> None:
+        """Refuse a table whose lock id would not fit the lock table: it could be created but never
+        committed to under the lock (by Strata on an object store, or by Paimon with its lock on)."""
+        lock_id = table_lock_id(self.catalog_key, ident.database, ident.table)
+        limit = lock_key_max_length(self.options)
+        if len(lock_id) > limit:
+            raise InvalidNameError(
+                f"table {ident}: its lock id '<catalog-key>.<database>.<table>' would be {len(lock_id)} "
+                f"characters long, and the JDBC lock takes at most {limit} (option lock-key-max-length): "
+                "shorten the database or table name")
+
     def create_table(self, name: str | Identifier, schema: pa.Schema | TableSchema,
                      partition_keys: list[str] | None = None, primary_keys: list[str] | None = None,
                      options: Mapping[str, str] | None = None, comment: str | None = None,
                      ignore_if_exists: bool = False) -> Table:
         ident = Identifier.parse(name)
         check_table_name(ident.table)  # not a system table or a branch (as Paimon)
+        self.check_lock_id(ident)
         table_schema = self._new_table_schema(ident, schema, partition_keys, primary_keys, options, comment)
         if self._registered(ident):
             if ignore_if_exists:

@@ -75,6 +75,20 @@ def _duration_ms(options: Mapping[str, str], option: tuple[str, str]) -> int:
         raise OptionError(f"catalog option {key!r}: {exc}") from None
 
 
+def lock_key_max_length(options: Mapping[str, str]) -> int:
+    """The longest lock id the lock table takes (``lock-key-max-length``, Paimon's option)."""
+    try:
+        return int(options.get(*LOCK_KEY_MAX_LENGTH))
+    except ValueError:
+        raise OptionError(f"catalog option {LOCK_KEY_MAX_LENGTH[0]!r} must be an integer") from None
+
+
+def table_lock_id(catalog_key: str, database: str, table: str) -> str:
+    """A table's lock id, as Paimon's ``JdbcCatalogLock`` spells it (Java and Python writers of one
+    table must take the same row)."""
+    return f"{catalog_key}.{database}.{table}"
+
+
 class _Dialect:
     """The SQL that differs between databases: how old a lock row is, in seconds."""
 
@@ -222,14 +236,11 @@ class JdbcCatalogLock:
         self.acquire_timeout_ms = _duration_ms(opts, LOCK_ACQUIRE_TIMEOUT)
         self.check_max_sleep_ms = _duration_ms(opts, LOCK_CHECK_MAX_SLEEP)
         self.expire_seconds = max(2, -(-_duration_ms(opts, LOCK_EXPIRE_TIME) // 1000))
-        try:
-            self.key_max_length = int(opts.get(*LOCK_KEY_MAX_LENGTH))
-        except ValueError:
-            raise OptionError(f"catalog option {LOCK_KEY_MAX_LENGTH[0]!r} must be an integer") from None
+        self.key_max_length = lock_key_max_length(opts)
         ensure_lock_table(engine, self.key_max_length)
 
     def lock_id(self, database: str, table: str) -> str:
-        lock_id = f"{self.catalog_key}.{database}.{table}"
+        lock_id = table_lock_id(self.catalog_key, database, table)
         if len(lock_id) > self.key_max_length:
             raise OptionError(f"lock id {lock_id!r} is longer than {LOCK_KEY_MAX_LENGTH[0]}="
                               f"{self.key_max_length}")
