@@ -324,6 +324,10 @@ def read_changes(store: FileStore, start_exclusive: int, end_inclusive: int,
                  columns: Sequence[str] | None = None) -> pa.Table:
     """Changes of snapshots (start, end], with a `_ROW_KIND` column (+I/-U/+U/-D): the
     changelog files with a changelog producer, else the records each commit wrote."""
+    if start_exclusive > end_inclusive:  # an empty answer would hide a swapped or mistyped range
+        raise ValueError(f"read_incremental({start_exclusive}, {end_inclusive}) of table {store.identifier}: "
+                         f"the start snapshot {start_exclusive} is after the end snapshot {end_inclusive} "
+                         "(the range is start exclusive, end inclusive)")
     latest = store.snapshot_manager.latest_id() or 0
     if end_inclusive > latest:
         raise SnapshotNotFoundError(f"read_incremental({start_exclusive}, {end_inclusive}) of table "

@@ -57,6 +57,17 @@ def test_read_incremental_names_the_end_snapshot_that_was_asked_for(catalog: str
     assert str(raised.value) == "read_incremental(1, 99) of table db.t: snapshot 99 does not exist; the latest is 3"
 
 
+def test_read_incremental_refuses_a_start_after_its_end(catalog: strata.Catalog) -> None:
+    table = _table(catalog, 5)
+    assert table.read_incremental(3, 3).num_rows == 0  # an empty range is a valid question
+    with pytest.raises(ValueError) as raised:
+        table.read_incremental(5, 3)
+    assert str(raised.value) == ("read_incremental(5, 3) of table db.t: the start snapshot 5 is after the end "
+                                 "snapshot 3 (the range is start exclusive, end inclusive)")
+    with pytest.raises(ValueError, match="start snapshot 4 is after the end snapshot 2"):
+        table.system_table("audit_log", incremental_between=(4, 2))
+
+
 def test_reset_consumer_refuses_a_snapshot_past_the_next_one(catalog: strata.Catalog) -> None:
     table = _table(catalog, 4)
     table.reset_consumer("etl", 5)  # latest + 1: everything read
