@@ -2,7 +2,9 @@
 every Python type, Strata returns the rows DuckDB returns for the same condition in SQL, or raises
 FilterError; never another exception. Run on a primary-key table of several sorted runs (write-only:
 nothing compacts them) and on an append table of several files, so that file and row-group pruning
-take part.
+take part (files of several row groups); and on an append and a deletion-vector table whose ROW,
+ARRAY, MAP, MULTISET and nested columns come first (several Parquet columns each: the filtered
+column's statistics are not at its top-level position).
 
 The SQL spells the literal the way SQL coerces it to the column: a float or Decimal compares with
 a FLOAT/DOUBLE column as a DOUBLE and with integer and DECIMAL columns as the exact decimal it
@@ -11,6 +13,7 @@ Data holds no NaN (Arrow and SQL order NaN differently; Strata follows Arrow).""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 from decimal import Decimal
@@ -27,7 +30,9 @@ from strata import col
 from strata.errors import FilterError
 from strata.expressions import ColumnStats, Predicate
 from strata.expressions.literals import bind
-from strata.schema.table_schema import schema_from_arrow
+from strata.io import data_file_writer
+from strata.schema.table_schema import TableSchema, schema_from_arrow
+from strata.schema.types import DataType
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -74,6 +79,39 @@ def rows() -> pa.Table:
 
 
 ROWS = rows()
+GROUP_ROWS = 3  # rows per row group: several per file, so that row-group statistics prune
+
+# nested columns, each several Parquet columns, put before the others; their values differ from
+# every column's (a leaf read as another column's would prune rows it holds)
+NESTED = pa.schema([
+    ("s", pa.struct([("a", pa.int64()), ("b", pa.string())])),
+    ("tags", pa.list_(pa.struct([("x", pa.int32()), ("y", pa.float64())]))),
+    ("m", pa.map_(pa.string(), pa.int64())),
+    ("bag", pa.map_(pa.string(), pa.int32())),  # a MULTISET<STRING> (see nested_schema)
+    ("deep", pa.struct([("r", pa.struct([("p", pa.int16()), ("q", pa.list_(pa.date32()))])),
+                        ("n", pa.map_(pa.int32(), pa.binary()))])),
+])
+
+
+def nested_rows() -> pa.Table:
+    ids = range(ROW_COUNT)
+    nested = pa.table({
+        "s": [None if i % 7 == 3 else {"a": 10**15 + i, "b": f"zz{i}"} for i in ids],
+        "tags": [[{"x": 10**6 + i, "y": 1e200}] if i % 4 else [] for i in ids],
+        "m": [[(f"~{i}", -(10**15) - i)] for i in ids],
+        "bag": [None if i % 5 == 1 else [(f"~{i}", 2)] for i in ids],
+        "deep": [{"r": {"p": 9000 + i, "q": [dt.date(1066, 1, 1)]}, "n": [(10**6 + i, b"\xfe")]} for i in ids],
+    }, schema=NESTED)
+    for name in ROWS.column_names:
+        nested = nested.append_column(ROWS.schema.field(name), ROWS.column(name))
+    return nested
+
+
+def nested_schema(primary_keys: list[str] | None, options: dict[str, str]) -> TableSchema:
+    schema = schema_from_arrow(nested_rows().schema, primary_keys=primary_keys, options=options)
+    return dataclasses.replace(schema, fields=[
+        dataclasses.replace(f, type=DataType.multiset(DataType.parse("STRING"))) if f.name == "bag" else f
+        for f in schema.fields])
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +121,25 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> list[strata.Table]:
     pk = catalog.create_table("db.pk", ROWS.schema, primary_keys=["id"],
                               options={"bucket": "1", "write-only": "true"})
     append = catalog.create_table("db.log", ROWS.schema, options={"bucket": "-1"})
-    for start in range(0, ROW_COUNT, 10):  # four files each: sorted runs of the PK table
-        part = ROWS.slice(start, 10)
-        pk.write(part)
-        append.write(part)
-    pk.write(ROWS.slice(0, 5))  # the same rows again: a fifth run the merge must reconcile
+    nested_append = catalog.create_table("db.nested_log", nested_schema(None, {"bucket": "-1"}))
+    nested_dv = catalog.create_table("db.nested_dv", nested_schema(["id"], {
+        "bucket": "1", "deletion-vectors.enabled": "true", "write-only": "true"}))
+    nested = nested_rows()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data_file_writer, "ROW_GROUP_ROWS", GROUP_ROWS)
+        patch.setattr(data_file_writer, "ROW_GROUP_BYTES", 0)  # groups of GROUP_ROWS rows exactly
+        for start in range(0, ROW_COUNT, 10):  # four files each: sorted runs of the PK table
+            part = ROWS.slice(start, 10)
+            pk.write(part)
+            append.write(part)
+            nested_append.write(nested.slice(start, 10))
+            nested_dv.write(nested.slice(start, 10))
+        pk.write(ROWS.slice(0, 5))  # the same rows again: a fifth run the merge must reconcile
+        nested_dv.write(nested.slice(0, 5))
+        nested_dv.compact(full=True)  # one file above level 0, read without merging: every filter prunes
     assert len(pk.scan()[0].files) == 5
-    return [pk, append]
+    assert nested_dv.to_arrow().sort_by("id").to_pylist() == nested.to_pylist()
+    return [pk, append, nested_append, nested_dv]
 
 
 @pytest.fixture(scope="module")
