@@ -170,6 +170,12 @@ COMMIT_READ_BACKS = _counter("strata_commit_read_backs_total", "Ambiguous snapsh
 COMMIT_CALLBACK_FAILURES = _counter("strata_commit_callback_failures_total", "Work after a durable commit "
                                     "(log commit, expiry, Iceberg sync) that failed, by callback (type); the "
                                     "commit stands.", ("table", "type"), "commit")
+COMMIT_COMPACTIONS_ABANDONED = _counter(
+    "strata_commit_compactions_abandoned_total", "Writers' compactions that failed after their batch "
+    "published (the batch is in; the writer restores its buckets before its next commit), by what followed: "
+    "recovered (a retried level-0 compaction landed), not_visible (the retries gave up: the batch is durable "
+    "but readers that skip level 0 do not see it until the bucket's next commit or compaction), none (no "
+    "retry needed: readers merge level 0).", ("table", "result"), "commit")
 FILES_ADDED = _counter("strata_files_added_total", "Data files added by published snapshots.", K, "commit")
 FILES_DELETED = _counter("strata_files_deleted_total", "Data files deleted by published snapshots.", K, "commit")
 BYTES_ADDED = _counter("strata_bytes_added_total", "Bytes of data files added by published snapshots.",
@@ -370,6 +376,12 @@ def commit_read_back(table: str, published: bool) -> None:
 
 def commit_callback_failed(table: str, callback: str) -> None:
     COMMIT_CALLBACK_FAILURES.labels(table, callback).inc()
+
+
+def commit_compaction_abandoned(table: str, result: str) -> None:
+    """A commit's own compaction was abandoned after its batch published; `result`: recovered,
+    not_visible or none (see COMMIT_COMPACTIONS_ABANDONED)."""
+    COMMIT_COMPACTIONS_ABANDONED.labels(table, result).inc()
 
 
 def commit_published(table: str, kind: str, snapshot: Snapshot, entries: Iterable[ManifestEntry]) -> None:

@@ -168,6 +168,10 @@ _OPTIONS: list[Option] = [
     Option("commit.min-retry-wait", "10 ms", parse_duration_ms, "commit back-off start"),
     Option("commit.max-retry-wait", "10 s", parse_duration_ms, "commit back-off cap"),
     Option("commit.timeout", None, parse_duration_ms, "commit deadline"),
+    Option("commit.compaction-retry-timeout", "1 min", parse_duration_ms,
+           "how long a commit whose own compaction failed after its batch published keeps compacting the "
+           "batch's level-0 files on the latest snapshot, in tables whose readers skip level 0 (deletion "
+           "vectors, first-row) or take their changelog from it (lookup); 0: no retry"),
     Option("commit.user-prefix", None, _str, "prefix of generated commit users"),
     Option("metadata.stats-mode", "truncate(16)", _str, "none | counts | full | truncate(N)"),
     Option("primary-key", None, _str, "primary key (alternative to the schema's)"),

@@ -26,6 +26,9 @@ class CommitMessage:
     hash_claims: list[Any] = field(default_factory=list, compare=False, repr=False)
     # the log store's records of this commit (strata.log.kafka.LogCommittable), if any
     log: Any = field(default=None, compare=False, repr=False)
+    # the writer that prepared the message learns through this whether the commit abandoned its
+    # compaction (strata.table.write.CommitFeedback); None for messages made elsewhere
+    feedback: Any = field(default=None, compare=False, repr=False)
 
     def is_empty(self) -> bool:
         return not (self.new_files or self.compact_before or self.compact_after or self.changelog_files

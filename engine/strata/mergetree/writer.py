@@ -66,6 +66,17 @@ class BucketWriter:
     def _after_flush(self, files: list[DataFileMeta]) -> None:
         """Hook for compaction."""
 
+    def take_over(self, old: BucketWriter) -> None:
+        """Go on with the uncommitted work of `old`, a writer of the same bucket whose state the
+        table no longer matches (this one restored the bucket anew): its buffered rows, their
+        sequence numbers, and the level-0 files it flushed since its last commit."""
+        self.buffer, self.buffered_bytes = old.buffer, old.buffered_bytes
+        self.next_sequence = max(self.next_sequence, old.next_sequence)
+        self.changelog_files = old.changelog_files
+        if old.new_files:
+            self.new_files = list(old.new_files)
+            self._after_flush(self.new_files)
+
     def compact(self, full: bool, wait: bool = True) -> None:
         """Hook for compaction on demand; `wait=False` only starts it (see finish_compaction)."""
 

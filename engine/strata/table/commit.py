@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import random
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from strata import metrics
 from strata.errors import WriterClosedError
 from strata.format import binary_row
 from strata.iceberg import sync_after_commit
@@ -17,6 +23,27 @@ from strata.operation.expire import maintain_after_commit
 from strata.snapshot.branches import MAIN_BRANCH
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
 from strata.store import FileStore, HasStore, store_of
+from strata.table.write import level0_compaction, moves_level0_at_commit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TableCommitResult(CommitResult):
+    """A commit's result, with what became of a compaction abandoned after its batch published
+    (`compaction_failure`) in a table whose readers skip level 0 (deletion vectors, first-row) or
+    whose changelog comes from moving it up (lookup): the commit compacts the batch's level-0
+    files again on the latest snapshot (`commit.compaction-retry-timeout`)."""
+
+    # the snapshots of that compaction done again (its COMPACT), once it landed
+    retried_compaction_ids: list[int] = field(default_factory=list)
+    # set when it did not land in time: the batch is durable but its rows are not visible to
+    # readers (nor its lookup changelog written) until the bucket's next commit or compaction; why
+    not_yet_visible: str | None = None
+
+    @property
+    def visible(self) -> bool:
+        return self.not_yet_visible is None
 
 
 class TableCommit:
@@ -34,19 +61,23 @@ class TableCommit:
         self.closed = False
 
     def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
-               properties: Mapping[str, str] | None = None, watermark: int | None = None) -> CommitResult:
+               properties: Mapping[str, str] | None = None, watermark: int | None = None) -> TableCommitResult:
         """Publish the messages; a replayed (user, identifier) is skipped. Outcomes: a result (the
         snapshots published, and any work after the commit that failed: `callback_failures`, or a
-        compaction that did not follow its published batch: `compaction_failure`, after which a
-        writer kept for more commits must be replaced); an error after which nothing was published;
-        or CommitStateUnknownError (every file kept)."""
+        compaction that did not follow its published batch: `compaction_failure`, after which the
+        writer that prepared the messages restores its buckets before going on, and the batch's
+        level-0 files are compacted again: `retried_compaction_ids`, or `not_yet_visible`); an
+        error after which nothing was published; or CommitStateUnknownError (every file kept)."""
         self._check_open()
-        return self._committed(messages, identifier, lambda: self._commit.commit(
+        result = self._committed(messages, identifier, lambda: self._commit.commit(
             messages, identifier, dict(properties or {}) or None, watermark))
+        if result.compaction_failure is not None:
+            self._after_abandoned_compaction(messages, result)
+        return result
 
     def overwrite(self, messages: Sequence[CommitMessage], partition: Mapping[str, Any] | None = None,
                   identifier: int = BATCH_COMMIT_IDENTIFIER, dynamic: bool = False,
-                  properties: Mapping[str, str] | None = None) -> CommitResult:
+                  properties: Mapping[str, str] | None = None) -> TableCommitResult:
         """Replace a static partition (`partition`), the partitions the data touches (`dynamic`),
         or, with neither, the whole table."""
         self._check_open()
@@ -57,7 +88,7 @@ class TableCommit:
         elif dynamic:
             targets = sorted({m.partition for m in messages})
             if not targets:
-                return CommitResult()
+                return TableCommitResult()
         return self._committed(messages, identifier, lambda: self._commit.overwrite(
             messages, targets, identifier, dict(properties or {}) or None))
 
@@ -83,7 +114,7 @@ class TableCommit:
         self._added_callbacks.append(callback)
 
     def _committed(self, messages: Sequence[CommitMessage], identifier: int,
-                   run: Callable[[], CommitResult]) -> CommitResult:
+                   run: Callable[[], CommitResult]) -> TableCommitResult:
         """Run the file-store commit, then the callbacks. With a log store (log.system=kafka) the
         snapshot records the log offsets, and a commit that raises aborts the log transaction
         (after CommitStateUnknownError too: if the snapshot landed, the replay that finds it
@@ -99,7 +130,59 @@ class TableCommit:
             raise
         finally:
             self._commit.properties_hook = None
-        return run_commit_callbacks(self.callbacks(log_commit), result, self._commit.metric_table)
+        outcome = TableCommitResult(**{f.name: getattr(result, f.name) for f in dataclasses.fields(CommitResult)})
+        run_commit_callbacks(self.callbacks(log_commit), outcome, self._commit.metric_table)
+        return outcome
+
+    def _after_abandoned_compaction(self, messages: Sequence[CommitMessage], result: TableCommitResult) -> None:
+        """The batch published, its compaction did not. Tell the writer that prepared the messages
+        (its levels are now ahead of the table) and, where readers skip level 0, compact the
+        batch's level-0 files again on the latest snapshot until it lands or the retry timeout
+        passes; nothing here fails the durable commit."""
+        for message in messages:
+            if message.feedback is not None:
+                message.feedback.compaction_abandoned = True
+        store = self.store
+        buckets = sorted({(m.partition, m.bucket) for m in messages if m.new_files})
+        if not buckets or not moves_level0_at_commit(store.core, bool(store.schema.primary_keys)):
+            metrics.commit_compaction_abandoned(self._commit.metric_table, "none")
+            return
+        failure = self._retry_level0_compaction(buckets, result)
+        if failure is None:
+            metrics.commit_compaction_abandoned(self._commit.metric_table, "recovered")
+            return
+        result.not_yet_visible = (
+            f"snapshot(s) {result.snapshot_ids} of table {store.identifier} hold the batch durably, but its rows in "
+            f"{len(buckets)} bucket(s) stay at level 0, which readers of this table skip, until the bucket's next "
+            f"commit or compaction: its compaction failed ({result.compaction_failure}) and so did compacting it "
+            f"again until commit.compaction-retry-timeout ({failure})")
+        metrics.commit_compaction_abandoned(self._commit.metric_table, "not_visible")
+        log.warning("%s", result.not_yet_visible)
+
+    def _retry_level0_compaction(self, buckets: list[tuple[bytes, int]], result: TableCommitResult) -> str | None:
+        """Compact the level-0 files of `buckets` as the latest snapshot holds them and commit that
+        (a COMPACT of a commit user of its own), again after each failure, with the commit's
+        back-off, until it lands or finds nothing left at level 0 (None) or the timeout passes
+        (the last failure). A failed attempt's files are kept: its outcome may be unknown, and
+        orphan cleanup removes them."""
+        core = self.store.core
+        deadline = time.monotonic() + int(core.get("commit.compaction-retry-timeout")) / 1000
+        wait, max_wait = int(core.get("commit.min-retry-wait")), int(core.get("commit.max-retry-wait"))
+        failure = "commit.compaction-retry-timeout is 0"
+        while time.monotonic() < deadline:
+            try:
+                messages = level0_compaction(self.store, buckets)
+                if messages:
+                    landed = TableCommit(self.store).commit(messages)
+                    result.retried_compaction_ids.extend(landed.snapshot_ids)
+                return None
+            except Exception as exc:  # the batch is in: no failure here may fail its commit
+                failure = f"{type(exc).__name__}: {exc}"
+                log.info("table %s: compacting the level-0 files of a published batch again failed (%s)",
+                         self.store.identifier, failure, exc_info=True)
+            time.sleep(max(0.0, min(wait * (0.5 + random.random()) / 1000, deadline - time.monotonic())))
+            wait = min(wait * 2, max_wait)
+        return failure
 
     def last_committed_identifier(self) -> int | None:
         return self._commit.last_committed_identifier()

@@ -37,7 +37,7 @@ from strata.store import FileStore, HasStore, store_of
 from strata.table.conform import conform, row_kinds, to_arrow_table
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     import pandas as pd
 
@@ -55,6 +55,36 @@ def _background_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + PURGE_NICENESS)
     except (AttributeError, OSError):
         pass
+
+
+class CommitFeedback:
+    """Shared by the messages of one prepare_commit (CommitMessage.feedback): the committer sets
+    `compaction_abandoned` when it published their batch but not their compaction. The writer's
+    levels and deletion vectors then hold files the table does not have, so the writer restores
+    its buckets from the latest snapshot before it goes on."""
+
+    __slots__ = ("compaction_abandoned",)
+
+    def __init__(self) -> None:
+        self.compaction_abandoned = False
+
+
+def moves_level0_at_commit(core: CoreOptions, schema_has_keys: bool) -> bool:
+    """Whether a commit's compaction must move its level-0 files up: readers of deletion-vector
+    and first-row tables skip level 0, and the lookup changelog is produced by that move."""
+    return schema_has_keys and (bool(core.get("deletion-vectors.enabled")) or core.merge_engine == "first-row"
+                                or str(core.get("changelog-producer")) == "lookup")
+
+
+def level0_compaction(store: FileStore, buckets: Iterable[tuple[bytes, int]]) -> list[CommitMessage]:
+    """The messages of a compaction that moves the level-0 files of `buckets` (partition, bucket)
+    up, as the latest snapshot holds them: a commit's abandoned compaction done again. Empty when
+    none of them has level-0 files left."""
+    with TableWrite(store, compaction=True) as writer:
+        for partition, bucket in buckets:
+            if any(f.level == 0 for f in writer._restored_files(partition, bucket)):
+                writer._writer_for_existing(partition, bucket)
+        return writer.prepare_commit(wait_compaction=True) if writer.writers else []
 
 
 def write_messages(store: FileStore, data: pa.Table | pa.RecordBatch | pd.DataFrame, row_kind: Any = None,
@@ -110,6 +140,7 @@ class TableWrite:
             "none" if compression == "uncompressed" else compression,
             int(level) if compression == "zstd" else None, self.core.stats_truncate_length())
         self.assigner = self._new_assigner(overwrite)
+        self._feedback: CommitFeedback | None = None  # the last prepare_commit's (see CommitFeedback)
         self.closed = False
         self.write_metrics = metrics.WriteMetrics(str(table.identifier), self.buffer_limit)
 
@@ -119,6 +150,7 @@ class TableWrite:
         """Write rows; `row_kind` gives per-row (or one) kind: '+I', '-U', '+U', '-D' or 0..3."""
         if self.closed:
             raise WriterClosedError(f"writer of {self.where} is closed")
+        self._restore_if_abandoned()
         if self.schema.primary_keys and self.num_buckets == POSTPONE_BUCKET:
             # postpone files wait in bucket-postpone for a compaction that assigns real buckets,
             # which only Paimon's Flink/Spark jobs run: rows written here would stay invisible
@@ -345,6 +377,7 @@ class TableWrite:
         closed right after, e.g. a Spark task, would otherwise lose their work)."""
         if self.closed:
             raise WriterClosedError(f"writer of {self.where} is closed")
+        self._restore_if_abandoned()
         self.commits_prepared += 1
         self.write_metrics.committing(self.writers.values())
         full = self.full_compaction_every is not None and self.commits_prepared % self.full_compaction_every == 0
@@ -369,7 +402,25 @@ class TableWrite:
             committable = self._log.prepare()
             for m in messages:
                 m.log = committable
+        self._feedback = feedback = CommitFeedback()
+        for m in messages:
+            m.feedback = feedback
         return messages
+
+    def _restore_if_abandoned(self) -> None:
+        """After a commit abandoned this writer's compaction (its batch is in, its compaction is
+        not), drop every bucket's levels and deletion vectors and restore the buckets from the
+        latest snapshot: their level-0 files (that batch's, if still there) move up at the next
+        commit, and rows written since carry over."""
+        feedback = self._feedback
+        if feedback is None or not feedback.compaction_abandoned:
+            return
+        self._feedback = None
+        stale, self.writers = self.writers, {}
+        self._restored = self._restored_index = None
+        for (partition, bucket), old in stale.items():
+            old.close()
+            self._writer(partition, bucket).take_over(old)
 
     def _with_hash_index(self, messages: list[CommitMessage]) -> list[CommitMessage]:
         """Add the new HASH index files of the buckets that got new keys (and their claims)."""
@@ -413,6 +464,7 @@ class TableWrite:
         dedicated compaction job); `full` rewrites each bucket into its top level. `buckets`:
         only these (partition, bucket)s, from these live files, as a distributed job's driver
         planned them (so a task does not scan the whole table)."""
+        self._restore_if_abandoned()
         if buckets is not None:
             self._restored = {key: list(files) for key, files in buckets.items()}
         self._restored_files(b"", 0)

@@ -75,11 +75,15 @@ def test_a_vector_on_a_file_a_concurrent_compaction_rewrote_conflicts(tmp_path: 
     writer.close()
     result = table.new_commit("writer").commit(messages, 1)
     # the writer's new rows were published (an APPEND of level-0 files); its compaction was not, and
-    # the commit says so rather than raising: the batch is in, and a replay must not count it again
-    latest = table.latest_snapshot()
-    assert latest is not None and latest.commit_user == "writer" and latest.commit_kind == CommitKind.APPEND
-    assert result.snapshot_ids == [latest.id]
+    # the commit says so rather than raising: the batch is in, and a replay must not count it again.
+    # Its level-0 files were then compacted again on the latest snapshot (a COMPACT of its own)
+    (append_id,) = result.snapshot_ids
+    append = table.snapshot_manager.snapshot(append_id)
+    assert append.commit_user == "writer" and append.commit_kind == CommitKind.APPEND
     assert result.compaction_failure is not None and "no longer live" in result.compaction_failure
+    latest = table.latest_snapshot()
+    assert latest is not None and result.retried_compaction_ids == [latest.id] == [append_id + 1]
+    assert latest.commit_kind == CommitKind.COMPACT and result.visible
     assert table.new_commit("writer").commit(messages, 1).skipped_as_duplicate
     assert counts(table) == {**dict.fromkeys(BASE, 1), 1: 2, 2: 2}
 
