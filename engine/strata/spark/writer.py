@@ -66,7 +66,6 @@ from pyspark.sql.types import StructType
 from strata.errors import CommitStateUnknownError, CorruptMetadataError, OptionError, SnapshotNotFoundError
 from strata.format import binary_row
 from strata.manifest.commit_message import CommitMessage
-from strata.operation.commit import CommitResult
 from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER, NO_WATERMARK
 from strata.spark.options import (
     TableRef,
@@ -78,6 +77,7 @@ from strata.spark.options import (
     table_ref,
 )
 from strata.spark.types import ROW_KIND_COLUMN, truncate_timestamps
+from strata.table.commit import TableCommitResult
 from strata.table.table import Table
 from strata.table.write import TableWrite
 
@@ -376,12 +376,20 @@ class _Committer:
         return out
 
     def _publish(self, table: Table, commit_user: str, messages: list[CommitMessage], identifier: int,
-                 properties: dict[str, str] | None, watermark: int | None = None) -> CommitResult:
+                 properties: dict[str, str] | None, watermark: int | None = None) -> TableCommitResult:
+        """Commit the tasks' messages. A batch of a deletion-vector table that is durable but not
+        yet visible (its compaction kept failing) is logged; the committer counted it in
+        strata_commit_compactions_abandoned_total{result="not_visible"}."""
         commit = table.new_commit(commit_user)
         if not self.overwrite:
-            return commit.commit(messages, identifier, properties, watermark)
-        partition = self._typed_partition(table)
-        return commit.overwrite(messages, partition, identifier, dynamic=self.dynamic, properties=properties)
+            result = commit.commit(messages, identifier, properties, watermark)
+        else:
+            partition = self._typed_partition(table)
+            result = commit.overwrite(messages, partition, identifier, dynamic=self.dynamic, properties=properties)
+        if result.not_yet_visible is not None:
+            log.warning("%s: batch %s of %s is committed (the query goes on) but not yet visible: %s",
+                        table.identifier, identifier, commit_user, result.not_yet_visible)
+        return result
 
 
 class StrataBatchWriter(_Committer, DataSourceArrowWriter):
