@@ -153,9 +153,10 @@ class TableCommit:
             return
         result.not_yet_visible = (
             f"snapshot(s) {result.snapshot_ids} of table {store.identifier} hold the batch durably, but its rows in "
-            f"{len(buckets)} bucket(s) stay at level 0, which readers of this table skip, until the bucket's next "
-            f"commit or compaction: its compaction failed ({result.compaction_failure}) and so did compacting it "
-            f"again until commit.compaction-retry-timeout ({failure})")
+            f"{len(buckets)} bucket(s) stay at level 0 (which readers of deletion-vector and first-row tables skip; "
+            "a lookup changelog is written when it moves up) until the bucket's next commit or compaction: its "
+            f"compaction failed ({result.compaction_failure}) and so did compacting it again until "
+            f"commit.compaction-retry-timeout ({failure})")
         metrics.commit_compaction_abandoned(self._commit.metric_table, "not_visible")
         log.warning("%s", result.not_yet_visible)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 
 from strata import metrics
 from strata.catalog.filesystem import FileSystemCatalog
@@ -129,8 +128,23 @@ def test_a_kept_writer_whose_compaction_was_abandoned_restores_its_buckets(tmp_p
     writer.close()
 
 
-@pytest.mark.parametrize("failures", [2])
-def test_a_table_without_deletion_vectors_needs_no_retry(tmp_path: Path, failures: int) -> None:
+def test_a_lookup_changelog_is_produced_when_the_compaction_is_done_again(tmp_path: Path) -> None:
+    """The lookup changelog producer writes a batch's changelog when its level-0 files move up: an
+    abandoned compaction lost it (a streaming reader of the changelog never saw the update)."""
+    io = CompactOutage()
+    table = dv_table(tmp_path, io, **{"deletion-vectors.enabled": "false", "changelog-producer": "lookup"})
+    table.write(batch({1: "old", 2: "old"}))
+    before = table.latest_snapshot()
+    assert before is not None
+    io.failures = 2
+    result = table.write(batch({1: "new"}))
+    assert result.compaction_failure is not None and result.visible
+    changes = table.read_incremental(before.id, result.retried_compaction_ids[-1])
+    assert sorted(zip(changes.column("_ROW_KIND").to_pylist(), changes.column("v").to_pylist(), strict=True)) \
+        == [("+U", "new"), ("-U", "old")]
+
+
+def test_a_table_without_deletion_vectors_needs_no_retry(tmp_path: Path) -> None:
     """Readers of a plain primary-key table merge level 0: the batch is visible without its
     compaction, so nothing is retried (and nothing else changes)."""
     io = CompactOutage()
@@ -140,7 +154,7 @@ def test_a_table_without_deletion_vectors_needs_no_retry(tmp_path: Path, failure
         writer.write_arrow(batch(dict.fromkeys(KEYS, "new")))
         writer.compact(full=True)
         messages = writer.prepare_commit(wait_compaction=True)
-    io.failures = failures
+    io.failures = 2
     result = table.new_commit().commit(messages)
     assert result.compaction_failure is not None and result.visible and not result.retried_compaction_ids
     assert read(table) == dict.fromkeys(KEYS, "new")
