@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import conftest
 import pytest
+
+from strata_platform.pytest_timing import estimate_left
 
 HERE = Path(__file__).resolve().parent
 
@@ -139,3 +142,54 @@ def test_tests_wait_for_the_background_jobs_of_a_run_in_progress(tmp_path: Path)
     after = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
                            check=True)
     assert json.loads(after.stdout)[0] == []  # once the run is over, nothing is waited for
+
+
+PROGRESS_SAMPLE = '''
+import time
+
+import pytest
+
+@pytest.mark.parametrize("i", range(4))
+def test_step(i):
+    time.sleep(0.4)
+'''
+
+
+def test_a_run_prints_its_progress_and_estimates_from_the_last_run(tmp_path: Path) -> None:
+    (tmp_path / "test_sample.py").write_text(PROGRESS_SAMPLE)
+    out = tmp_path / "run" / "engine.json"
+    args = ("test_sample.py", "-p", "strata_platform.pytest_timing", "--timing-json", str(out),
+            "--progress-every", "0.3", "-o", "addopts=")
+    first = run_pytest(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert re.search(r"engine: [1-3] of 4 tests done, \dm\d\ds so far, about \dm\d\ds left \(from the pace so far\)",
+                     first.stdout), first.stdout
+    history = tmp_path / "run-history" / "engine.json"
+    assert json.loads(history.read_text())["counts"]["passed"] == 4  # kept for the next run's estimate
+    second = run_pytest(*args, cwd=tmp_path)
+    assert "left (from the last run's durations)" in second.stdout, second.stdout
+
+
+def test_the_estimate_weighs_tests_by_their_last_durations() -> None:
+    previous = {"fast": 1.0, "slow": 9.0, "gone": 100.0}
+    # 1 s of last run's work took 2 s here: the 9 s left take 18 s
+    assert estimate_left(2.0, {"fast"}, ["slow"], previous) == (18.0, "the last run's durations")
+    # a new test counts as the last run's average (110 / 3)
+    left, _ = estimate_left(2.0, {"fast"}, ["new"], previous)
+    assert left == pytest.approx(2.0 * (110 / 3))
+    assert estimate_left(10.0, {"a", "b"}, ["c"], {}) == (5.0, "the pace so far")
+
+
+def test_waiting_for_a_background_job_says_what_it_is_doing(tmp_path: Path) -> None:
+    env = {**os.environ, "STRATA_TEST_RUN_DIR": str(tmp_path), "STRATA_PROGRESS_EVERY": "0.3"}
+
+    def test_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "strata_platform.test_run", *args], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    job = "import time; print('installing minio', flush=True); time.sleep(1.5)"
+    assert test_run("spawn", "services-install", sys.executable, "-c", job).returncode == 0
+    waited = test_run("wait", "services-install")
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert re.search(r"services-install: still running after \dm\d\ds; last: installing minio", waited.stdout), \
+        waited.stdout

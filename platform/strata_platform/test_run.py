@@ -28,12 +28,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from strata_platform.pytest_timing import minutes
 from strata_platform.services.base import REPO_ROOT
 
 RUN_DIR = Path(os.environ.get("STRATA_TEST_RUN_DIR", REPO_ROOT / "build" / "test-run"))
 PHASES = RUN_DIR / "phases"
 FAILURES = RUN_DIR / "failures"
 SLOWEST = 10
+PROGRESS_EVERY = float(os.environ.get("STRATA_PROGRESS_EVERY", "60"))  # seconds between "still running" lines
 COUNT_ORDER = ("passed", "failed", "error", "xfailed", "xpassed", "skipped", "deselected")
 
 
@@ -42,16 +44,15 @@ def shown(path: Path) -> str:
     return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
-def minutes(seconds: float) -> str:
-    whole = round(seconds)
-    return f"{whole // 60}m{whole % 60:02d}s"
-
-
 # -- phases -----------------------------------------------------------------------------------------
 def mark(phase: str) -> None:
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     with PHASES.open("a") as out:
         out.write(f"{phase} {time.time():.3f}\n")
+    times = phase_times()
+    if times:
+        print(f"make test: {phase} done in {minutes(times[-1][1])}, {minutes(sum(t for _, t in times))} so far",
+              flush=True)
 
 
 def record_failure(phase: str) -> None:
@@ -143,8 +144,12 @@ def wait(name: str) -> int:
     began = time.monotonic()
     if job_result(name) is None and _alive(pid):
         print(f"{name}: waiting for it to finish", flush=True)
+    said = time.monotonic()
     while (result := job_result(name)) is None and _alive(pid):
         time.sleep(1)
+        if time.monotonic() - said >= PROGRESS_EVERY:
+            print(progress_line(name), flush=True)
+            said = time.monotonic()
     result = job_result(name)  # it may have finished between the two checks
     print(log.read_text(errors="replace").rstrip(), flush=True)
     if result is None:
@@ -153,6 +158,18 @@ def wait(name: str) -> int:
     print(f"{name}: exit {result['exitstatus']} after {minutes(result['seconds'])}, "
           f"waited {minutes(time.monotonic() - began)} for it", flush=True)
     return int(result["exitstatus"])
+
+
+def progress_line(name: str) -> str:
+    """What a background job is doing: how long it has run and its log's last line (which names
+    the service being installed or the image being built)."""
+    log, pid_file, _ = _files(name)
+    try:
+        running = time.time() - pid_file.stat().st_mtime
+        last = next((line for line in reversed(log.read_text(errors="replace").splitlines()) if line.strip()), "")
+    except OSError:
+        return f"{name}: still running"
+    return f"{name}: still running after {minutes(running)}" + (f"; last: {last.strip()[:160]}" if last else "")
 
 
 def stop(name: str, grace: float = 120.0) -> None:
