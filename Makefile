@@ -13,7 +13,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast test-integration bench lint format services-install services-up services-down services-check images compose-up compose-down trino-shell tpch helm-check clean
+.PHONY: help venv demo test test-fast test-integration simulate bench lint format services-install services-up services-down services-check images compose-up compose-down trino-shell tpch helm-check clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -79,6 +79,15 @@ test: ## Everything: lint, unit tests, integration tests against real services
 
 test-fast: $(STAMP) ## Unit tests only (no services)
 	$(PY) -m pytest engine/tests -p no:cacheprovider
+
+SEED ?=
+STEPS ?= 60
+HOURS ?=
+ONLY ?=
+
+simulate: $(STAMP) ## Deterministic simulation: SEED=S STEPS=N [ONLY=i,j] replays a seed; HOURS=H runs seeds, report in build/simulation.{json,txt}
+	$(PY) -m strata.testing.simulation --steps $(STEPS) $(if $(SEED),--seed $(SEED)) $(if $(ONLY),--only $(ONLY)) \
+		$(if $(HOURS),--hours $(HOURS) --report build/simulation)
 
 test-integration: $(STAMP) ## Integration tests only, as make test runs them (provisions the services they need)
 	$(IT_PARALLEL); status=$$?; $(IT_EXCLUSIVE) && exit $$status

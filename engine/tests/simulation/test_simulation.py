@@ -1,0 +1,78 @@
+"""The deterministic simulation's fixed seeds (the ``make test`` tier) and its own guarantees:
+a seed replays the same run, a failure shrinks to a shorter run that fails the same way.
+
+KNOWN_FAILURES are seeds whose failure is a Strata bug found by the simulation and not fixed yet;
+each is expected to fail (strictly: once the bug is fixed the test says so, and the seed moves to
+SEEDS as a regression test).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from strata.testing.simulation import Scenario, operations, run, shrink
+from strata.testing.simulation.runner import describe
+
+STEPS = 40
+SEEDS = (0, 2, 3, 5, 6, 9, 12, 15)  # 40 steps each
+
+# seed -> (steps, the shrunk operations, the bug)
+KNOWN_FAILURES = {
+    8: (30, (3,), "write(mode='overwrite') on a primary-key table with deletion vectors publishes one "
+                  "OVERWRITE snapshot whose rows sit in level 0, which batch reads skip: the table reads "
+                  "empty (also first-row tables)"),
+    11: (30, (1,), "Table.delete(keys) on a table with a NOT NULL ARRAY/MAP column fails: the filler of "
+                   "the missing columns is null for nested types (strata.table.conform._filler)"),
+}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_seed_matches_the_model(seed: int) -> None:
+    result = run(Scenario(seed, STEPS))
+    assert result.failure is None, describe(result)
+    assert result.steps_run == STEPS
+
+
+@pytest.mark.parametrize("seed", sorted(KNOWN_FAILURES))
+def test_known_failure_still_fails(seed: int) -> None:
+    steps, only, bug = KNOWN_FAILURES[seed]
+    result = run(Scenario(seed, steps, only))
+    if result.failure is None:
+        pytest.fail(f"seed {seed} passes now: the bug ({bug}) looks fixed; move the seed to the regression seeds")
+    pytest.xfail(f"known bug: {bug}\n{describe(result)}")
+
+
+def test_a_seed_replays_the_same_run() -> None:
+    first, second = run(Scenario(3, 25)), run(Scenario(3, 25))
+    assert first.failure is None and second.failure is None
+    assert first.counters == second.counters
+    assert Scenario(3, 25).ops() == Scenario(3, 40).ops()[:25]  # more steps extend, never change, a run
+
+
+class PlantedBug(AssertionError):
+    """A fault planted in the harness, in place of a bug of the table store."""
+
+
+def test_a_failure_shrinks_to_the_operations_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted bug that breaks any table holding a tag once it is compacted: of the 40
+    operations the shrunk run keeps a commit (a tag needs a snapshot), the tag and the compaction,
+    and replays to the same failure."""
+    real_compact = operations._APPLY["compact"]
+
+    def compact_breaking_tagged_tables(ctx: operations.Context, rng: random.Random) -> str:
+        if ctx.model.tags:
+            raise PlantedBug("compaction of a tagged table")
+        return real_compact(ctx, rng)
+
+    monkeypatch.setitem(operations._APPLY, "compact", compact_breaking_tagged_tables)
+    failing = run(Scenario(3, STEPS))
+    assert failing.failure is not None and failing.failure.error == "PlantedBug", describe(failing)
+    shrunk = shrink(failing)
+    kept = [op["op"] for _, op in shrunk.scenario.ops()]
+    assert len(kept) == 3 and kept[1:] == ["create_tag", "compact"], describe(shrunk)
+    assert shrunk.failure is not None and shrunk.failure.signature == failing.failure.signature
+    replayed = run(shrunk.scenario)
+    assert replayed.failure is not None and replayed.failure.signature == failing.failure.signature
+    assert f"make simulate SEED=3 STEPS={STEPS} ONLY=" in describe(shrunk)
