@@ -43,7 +43,7 @@ from strata.catalog.jdbc import JdbcCatalog
 from strata.catalog.lock import LOCK_TABLE, JdbcCatalogLock, JdbcLock, LockAcquireTimeoutError
 from strata.errors import CommitStateUnknownError
 from strata.fs.file_io import LocalFileIO
-from strata.testing.simulation.faults import ActorKilled, CallPlan, FaultConfig, FaultyFileIO, draw_plan
+from strata.testing.simulation.faults import ActorKilled, CallPlan, FaultConfig, FaultyFileIO, draw_plan, in_outage
 
 # short leases and waits keep a lock world's runs to few steps; the margin (a quarter of the
 # lease) still leaves a commit room to write
@@ -82,6 +82,7 @@ class World:
         self._actor_of: dict[int, str] = {}  # thread id -> actor
         self._runnable: list[str] = []  # actors of the current run not finished, in name order
         self._dead: set[str] = set()
+        self._outage: dict[str, int] = {}  # actor -> calls its outage still fails
         self._exclusive: dict[str, str] = {}  # local lock file -> holding actor
         self._clock = 0.0  # virtual seconds elapsed in runs
         self._clock_origin = time.monotonic()
@@ -190,7 +191,13 @@ class World:
         stream = self._stream(actor)
         if actor in self._held and stream.random() < self.faults.lease_expiry:
             self._lapse_lease(actor)
-        plan = draw_plan(self.faults, stream)
+        plan = draw_plan(self.faults, stream, op)
+        if self._outage.get(actor, 0) > 0:
+            self._outage[actor] -= 1
+            self.counters["fault:outage"] += 1
+            plan = in_outage(plan)
+        elif plan.outage:
+            self._outage[actor] = plan.outage
         fault = plan.before or plan.after or ""
         if fault:
             self.counters[f"fault:{fault}"] += 1
@@ -237,6 +244,16 @@ class World:
 
     def monotonic(self) -> float:
         return self._clock_origin + self._clock
+
+    @property
+    def clock(self) -> float:
+        """Virtual seconds the actors have slept (or stalled) in this world's runs."""
+        return self._clock
+
+    @property
+    def live_leases(self) -> int:
+        """JDBC lock rows taken in runs and not released (a dead holder's stay until they expire)."""
+        return len(self._leases)
 
     # -- the JDBC lock -----------------------------------------------------------------------
     def lock_step(self, actor: str | None, lock_id: str) -> None:

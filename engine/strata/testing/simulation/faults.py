@@ -40,6 +40,8 @@ T = TypeVar("T")
 
 BEFORE_KINDS = ("unavailable_before", "error_before")  # the request never reached the store
 AFTER_KINDS = ("lost_reply", "unavailable_after")  # the request landed, the caller hears an error
+OUTAGE_CALLS = 8  # the longest outage, in calls of the actor
+READ_OPS = frozenset({"read_bytes", "exists", "list_status", "open_input_file", "file_size", "file_info", "list"})
 
 
 class ActorKilled(BaseException):
@@ -72,12 +74,20 @@ class FaultConfig:
     kill: float = 0.0  # the actor's process dies at this call (before or after its effect)
     lock_timeout: float = 0.0  # JDBC lock: acquiring times out (LockAcquireTimeoutError)
     lease_expiry: float = 0.0  # JDBC lock: the holder stalls past its lease (another may take it)
+    # a failed call starts an outage: the actor's next 2..OUTAGE_CALLS calls fail before their effect
+    # (the outage that lost a reply often fails the reads that would settle it, too)
+    outage: float = 0.0
+    # the error rates of reads relative to writes: a client retries an idempotent read by itself,
+    # so fewer of its failures reach the engine (1: as often as writes)
+    reads: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not 0.0 <= value <= 1.0:
+            if not 0.0 <= value <= 1.0 and f.name != "reads":
                 raise ValueError(f"FaultConfig.{f.name} is a probability in [0, 1], got {value!r}")
+        if self.reads < 0:
+            raise ValueError(f"FaultConfig.reads is a factor of the rates, at least 0, got {self.reads!r}")
         if sum(getattr(self, kind) for kind in (*BEFORE_KINDS, *AFTER_KINDS, "kill")) > 1.0:
             raise ValueError("FaultConfig: the failure probabilities of one call add up to more than 1")
 
@@ -85,12 +95,14 @@ class FaultConfig:
     def random(cls, rng: random.Random) -> FaultConfig:
         """A mix of a few fault kinds at rates that leave most operations done: rare enough that a
         run reaches deep states, frequent enough that each kind meets the commit path."""
-        chosen = rng.sample([f.name for f in fields(cls)], rng.randint(1, 4))
-        return cls(**{name: rng.choice((0.005, 0.01, 0.03)) for name in chosen})
+        kinds = [f.name for f in fields(cls) if f.name not in ("outage", "reads")]
+        chosen = rng.sample(kinds, rng.randint(1, 4))
+        return cls(**{name: rng.choice((0.005, 0.01, 0.03)) for name in chosen},
+                   outage=rng.choice((0.0, 0.5)), reads=rng.choice((0.1, 1.0)))
 
     @property
     def any(self) -> bool:
-        return any(getattr(self, f.name) for f in fields(self))
+        return any(getattr(self, f.name) for f in fields(self) if f.name != "reads")
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,7 @@ class CallPlan:
     before: str | None = None
     after: str | None = None
     slow: bool = False
+    outage: int = 0  # the actor's calls after this one that fail before their effect
 
     def fail_before(self, op: str, path: str) -> None:
         _raise(self.before, op, path)
@@ -109,20 +122,31 @@ class CallPlan:
         _raise(self.after, op, path)
 
 
-def draw_plan(config: FaultConfig, rng: random.Random) -> CallPlan:
+def draw_plan(config: FaultConfig, rng: random.Random, op: str) -> CallPlan:
     """One call's faults from the actor's stream: always the same number of draws per call, so a
     change of rates shifts no later decision of another kind."""
     slow = rng.random() < config.slow
     pick = rng.random()
     when = rng.random()
+    outage = rng.randint(2, OUTAGE_CALLS) if rng.random() < config.outage else 0
+    scale = config.reads if op in READ_OPS else 1.0
     for kind in (*BEFORE_KINDS, *AFTER_KINDS, "kill"):
-        rate = getattr(config, kind)
+        rate = getattr(config, kind) * (1.0 if kind == "kill" else scale)
         if pick < rate:
             if kind == "kill":
-                return CallPlan(**({"before": "kill"} if when < 0.5 else {"after": "kill"}), slow=slow)
-            return CallPlan(before=kind, slow=slow) if kind in BEFORE_KINDS else CallPlan(after=kind, slow=slow)
+                return CallPlan(before="kill", slow=slow) if when < 0.5 else CallPlan(after="kill", slow=slow)
+            if kind in BEFORE_KINDS:
+                return CallPlan(before=kind, slow=slow, outage=outage)
+            return CallPlan(after=kind, slow=slow, outage=outage)
         pick -= rate
     return CallPlan(slow=slow)
+
+
+def in_outage(plan: CallPlan) -> CallPlan:
+    """A call during an outage: it fails before its effect (a kill still kills)."""
+    if "kill" in (plan.before, plan.after):
+        return plan
+    return CallPlan(before="unavailable_before", slow=plan.slow)
 
 
 def _raise(kind: str | None, op: str, path: str) -> None:
