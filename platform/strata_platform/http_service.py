@@ -7,7 +7,8 @@ its object with `serve`; everything else is answered here the same way for all o
 - ``GET /health`` (the service's ``health()``: 200, or 503 when it raises) and ``GET /metrics``
   (Prometheus) need no token; every other request needs ``Authorization: Bearer <token>`` when
   the server has one (401 with ``WWW-Authenticate``; the token is compared in constant time and
-  never logged), checked before anything about the request is answered;
+  never logged), checked before anything about the request is answered and before its body is
+  read;
 - a handler's payload goes out as JSON with 200, `NO_CONTENT` as 204 without a body; HEAD
   answers carry the headers only;
 - an error the service expects answers with its status and body; any other failure 500 with a
@@ -18,7 +19,9 @@ its object with `serve`; everything else is answered here the same way for all o
   path: a client cannot grow the metrics) and status, and logged once at INFO; http.server's
   own lines (malformed requests) go to DEBUG;
 - HTTP/1.1 keep-alive (an idle connection holds its thread for `JsonHandler.timeout` seconds),
-  TCP_NODELAY, request bodies up to `JsonHandler.max_body_bytes`.
+  TCP_NODELAY, request bodies up to `JsonHandler.max_body_bytes` (larger ones, and a
+  Content-Length that is not one decimal number, are a 400); a connection whose request body
+  was not read (refused before it) is closed after the answer.
 
 The command-line scaffolding of such a service is here too: `service_parser` and
 `parse_service_args` (warehouse, catalog options, host, port), `service_environment` (secrets,
@@ -32,6 +35,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -144,6 +148,7 @@ class JsonHandler(BaseHTTPRequestHandler, Generic[S]):
     unauthorized_message = "a valid 'Authorization: Bearer <token>' header is required"
     log = logging.getLogger("strata.http")
     endpoint = "unknown"  # the metrics label of the request being answered
+    body_read = False  # whether the request's body was consumed (else the connection closes after it)
 
     # -- what each service defines ------------------------------------------------------------------
     def route(self, method: str, url: SplitResult) -> tuple[str, Answer]:
@@ -178,6 +183,7 @@ class JsonHandler(BaseHTTPRequestHandler, Generic[S]):
     def _answer(self, method: str) -> None:
         began = time.perf_counter()
         self.endpoint, status = "unknown", 500
+        self.body_read = False
         try:
             try:
                 status = self._dispatch(method)
@@ -193,12 +199,13 @@ class JsonHandler(BaseHTTPRequestHandler, Generic[S]):
             status = 499
             self.close_connection = True
         finally:
+            if not self.body_read and self._announces_body():
+                self.close_connection = True  # its unread body must not be taken for the next request
             seconds = time.perf_counter() - began
             self.server.metrics.observe(method, self.endpoint, status, seconds)
             self.log.info("%s %s %d %.1fms", method, self.path, status, seconds * 1000)
 
     def _dispatch(self, method: str) -> int:
-        body = self.read_body()
         url = urlsplit(self.path)
         if method == "GET" and url.path == "/health":
             self.endpoint = "/health"
@@ -211,17 +218,34 @@ class JsonHandler(BaseHTTPRequestHandler, Generic[S]):
         except Exception:  # what is wrong with the request is said only to a client that may know it
             self.authorize()
             raise
-        self.authorize()
-        payload = answer(body)
+        self.authorize()  # before a byte of the body is read: a client without the token sends none
+        payload = answer(self.read_body())
         if payload is NO_CONTENT:
             return self.send_bytes(204, b"", "application/json")
         return self.send_json(200, payload)
 
+    def _announces_body(self) -> bool:
+        length = self.headers.get("Content-Length")
+        return (length is not None and length.strip() != "0") or "Transfer-Encoding" in self.headers
+
+    def content_length(self) -> int:
+        """The request's declared body size; 400 for one that is not a single decimal number
+        (the body could not be delimited)."""
+        values = {value.strip() for value in self.headers.get_all("Content-Length") or []}
+        if not values:
+            return 0
+        length = values.pop()
+        if values or not re.fullmatch(r"[0-9]{1,19}", length):
+            raise RequestError(400, "Content-Length must be one decimal number of bytes, got "
+                                    f"{self.headers.get_all('Content-Length')!r}"[:200])
+        return int(length)
+
     def read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
+        """The request's body, at most `max_body_bytes` (read only once the request is authorized)."""
+        length = self.content_length()
         if length > self.max_body_bytes:
-            self.close_connection = True  # the rest of it is never read
             raise RequestError(400, f"request body of {length} bytes is larger than {self.max_body_bytes}")
+        self.body_read = True
         return self.rfile.read(length) if length > 0 else b""
 
     def authorize(self) -> None:

@@ -377,16 +377,6 @@ class IcebergRestHandler(JsonHandler[IcebergRestCatalog]):
             return route.handler(rest, parts, query)
         return route.label, answer
 
-    def read_body(self) -> bytes:
-        """None is needed (writes answer 406): it is discarded, whatever its size."""
-        length = int(self.headers.get("Content-Length") or 0)
-        while length > 0:
-            chunk = self.rfile.read(min(length, 1 << 16))
-            if not chunk:
-                break
-            length -= len(chunk)
-        return b""
-
     def error_answer(self, exc: Exception) -> tuple[int, Any] | None:
         if isinstance(exc, RequestError):
             exc = RestError(exc.status, ERROR_KINDS.get(exc.status, "BadRequestException"), exc.message)

@@ -18,10 +18,11 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from strata import names
+from strata import metrics, names
 from strata.catalog import Catalog, Identifier
 from strata.catalog.jdbc import JdbcCatalog
 from strata.errors import (
+    CommitConflictError,
     CorruptMetadataError,
     DatabaseNotEmptyError,
     DatabaseNotFoundError,
@@ -29,6 +30,7 @@ from strata.errors import (
     OptionError,
     SchemaMismatchError,
     SnapshotNotFoundError,
+    StrataError,
     TableAlreadyExistsError,
     TableNotFoundError,
 )
@@ -300,12 +302,13 @@ class PaimonRestCatalog:
         table = self.table(database, name)
         found: Snapshot | None
         try:
-            if version.isdigit():
+            if version.isascii() and version.isdigit():
                 found = table.snapshot_manager.snapshot(int(version))
             elif version.upper() == "LATEST":
                 found = table.snapshot_manager.latest()
             else:
-                found = table.tags.get(version) if table.tags.exists(version) else None
+                with client_errors(TAG, version):  # a malformed tag name is a 400
+                    found = table.tags.get(version) if table.tags.exists(version) else None
         except SnapshotNotFoundError:
             found = None
         if found is None:
@@ -325,7 +328,7 @@ class PaimonRestCatalog:
         snapshot = self._client_snapshot(table, request.get("snapshot"))
         published = publish(table, snapshot)
         if published and is_main(table):
-            self.after_commit(table)
+            self._after_publish(table)
         log.info("commit %s.%s snapshot %d: %s", database, name, snapshot.id,
                  "published" if published else "id taken, client retries")
         return {"success": published}
@@ -399,8 +402,23 @@ class PaimonRestCatalog:
         table = self.table(database, name)
         if branch not in table.list_branches():
             raise not_found(BRANCH, branch, f"table {database}.{name} has no branch {branch}")
-        table.fast_forward(branch)
-        self.after_commit(table)
+        try:
+            table.fast_forward(branch)
+        except CommitConflictError as exc:  # main moved meanwhile, or its commits take no lock: unchanged
+            raise RestError(409, str(exc), BRANCH, branch) from None
+        except (StrataError, ValueError) as exc:  # a branch without snapshots, or the current one
+            raise bad_request(f"fast-forward of branch {branch}: {exc}") from None
+        self._after_publish(table)
+
+    def _after_publish(self, table: Table) -> None:
+        """Run the work after a commit (the Iceberg mirror). The snapshot is durable: a failure here
+        is counted and logged, and the client still hears success (else it would re-run its batch)."""
+        try:
+            self.after_commit(table)
+        except Exception as exc:
+            metrics.commit_callback_failed(str(table.identifier), "iceberg-sync")
+            log.warning("table %s: committed through the REST catalog; the Iceberg mirror after it failed "
+                        "(%s: %s)", table.identifier, type(exc).__name__, exc)
 
     # -- health ---------------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -540,12 +558,9 @@ def publish(table: Table, snapshot: Snapshot) -> bool:
 
 
 def mirror_after_commit(table: Table) -> None:
-    """Strata's Iceberg mirror of the new snapshot (``metadata.iceberg.storage``); a failure there
-    is reported by the mirror itself and never fails the commit."""
+    """Strata's Iceberg mirror of the new snapshot (``metadata.iceberg.storage``), on the table as
+    the catalog has it now. The sync reports its own failures; loading the table may raise
+    (``PaimonRestCatalog`` counts that and still answers success)."""
     from strata.iceberg import sync_after_commit
 
-    fresh = table.catalog.get_table(table.identifier) if table.catalog is not None else table
-    try:
-        sync_after_commit(fresh)
-    except Exception:  # the commit is durable: report, do not fail it
-        log.exception("Iceberg mirror of %s after a REST commit failed", table.identifier)
+    sync_after_commit(table.catalog.get_table(table.identifier) if table.catalog is not None else table)

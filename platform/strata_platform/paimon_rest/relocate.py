@@ -32,9 +32,12 @@ def copy_tree(file_io: FileIO, source: str, target: str) -> int:
 def rename_table(catalog: Catalog, table: Table, target: Identifier) -> None:
     """Move `table` to `target` (same warehouse). Its Iceberg mirror names absolute paths, so it
     is written afresh at the new place."""
+    from strata.catalog.jdbc import JdbcCatalog
     from strata.iceberg.location import enabled
     from strata.iceberg.sync import drop_mirror, publish_schema, sync_after_commit
 
+    if isinstance(catalog, JdbcCatalog):
+        catalog.check_lock_id(target)
     target_path: str = catalog.table_path(target)
     if catalog.file_io.list_status(target_path):
         raise TableAlreadyExistsError(f"table {target}: {target_path} already holds files")

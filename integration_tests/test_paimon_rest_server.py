@@ -1,0 +1,292 @@
+"""Strata's Paimon REST server (and the HTTP layer it shares with the Iceberg REST catalog) as a
+client meets it over real HTTP on loopback, without Java: a local warehouse, the JDBC catalog on
+SQLite, the server in this process. Where a fault is needed (a catalog error after a commit, a
+commit to main during a fast-forward) a hook of the catalog stands in for it.
+
+Database locations never overlap (dropping one database deletes nothing of another); a durable
+commit answers success whatever its Iceberg mirror does; the token is checked before a byte of
+the body is read, and a malformed Content-Length is a 400; malformed tag names and fast-forward
+conflicts are client errors, not 500s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import logging
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import prometheus_client
+import pyarrow as pa
+import pytest
+
+from strata.catalog import Identifier
+from strata.catalog.jdbc import JdbcCatalog
+from strata.table.table import Table
+from strata_platform import iceberg_rest
+from strata_platform.http_service import JsonServer
+from strata_platform.paimon_rest import PaimonRestCatalog, start
+
+pytestmark = pytest.mark.sqlite
+
+TOKEN = "test-token"
+API = "/v1/strata"
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+ANSWER_GUARD_SECONDS = 60  # only a hang guard: a fixed server answers at once
+
+
+def rows(ids: list[int]) -> pa.Table:
+    return pa.table({"id": ids, "v": [f"v{i}" for i in ids]}, schema=SCHEMA)
+
+
+class HookedCatalog(JdbcCatalog):
+    """The JDBC catalog with hooks in place of faults: `fail_get_after_snapshot` makes the first
+    `get_table` that sees that snapshot raise, `during_commit_lock` runs as a fast-forward takes
+    the table's commit lock."""
+
+    fail_get_after_snapshot: int | None = None
+    during_commit_lock: Callable[[], None] | None = None
+
+    def get_table(self, name: str | Identifier) -> Table:
+        table = super().get_table(name)
+        if self.fail_get_after_snapshot is not None and table.snapshot_manager.exists(self.fail_get_after_snapshot):
+            self.fail_get_after_snapshot = None
+            raise OSError("the catalog database is briefly unreachable")
+        return table
+
+    def schema_change_lock(self, table: Table) -> contextlib.AbstractContextManager[object]:
+        hook, self.during_commit_lock = self.during_commit_lock, None
+        if hook is None:
+            return super().schema_change_lock(table)
+        return _running_on_enter(hook)
+
+
+@contextlib.contextmanager
+def _running_on_enter(hook: Callable[[], None]) -> Iterator[None]:
+    hook()
+    yield
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[HookedCatalog]:
+    cat = HookedCatalog(str(tmp_path / "warehouse"), {"metastore": "jdbc"})
+    yield cat
+    cat.close()
+
+
+def _serve(server: JsonServer[Any]) -> Iterator[JsonServer[Any]]:
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def server(catalog: HookedCatalog) -> Iterator[JsonServer[Any]]:
+    yield from _serve(start(PaimonRestCatalog(catalog, prefix="strata"), port=0, token=TOKEN))
+
+
+@pytest.fixture
+def iceberg_server(catalog: HookedCatalog) -> Iterator[JsonServer[Any]]:
+    yield from _serve(iceberg_rest.start(iceberg_rest.IcebergRestCatalog(catalog), port=0, token=TOKEN))
+
+
+def call(server: JsonServer[Any], method: str, path: str, body: Any = None,
+         token: str | None = TOKEN) -> tuple[int, Any]:
+    connection = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=ANSWER_GUARD_SECONDS)
+    try:
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+        connection.request(method, path, None if body is None else json.dumps(body).encode(), headers)
+        answer = connection.getresponse()
+        raw = answer.read()
+        return answer.status, json.loads(raw) if raw else None
+    finally:
+        connection.close()
+
+
+@contextlib.contextmanager
+def raw_connection(server: JsonServer[Any]) -> Iterator[socket.socket]:
+    with socket.create_connection(("127.0.0.1", server.server_port), timeout=ANSWER_GUARD_SECONDS) as sock:
+        yield sock
+
+
+def send_head(sock: socket.socket, method: str, path: str, headers: dict[str, str]) -> None:
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers.items())]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+
+
+def read_answer(sock: socket.socket) -> tuple[int, dict[str, Any]]:
+    answer = http.client.HTTPResponse(sock)
+    answer.begin()
+    return answer.status, json.loads(answer.read())
+
+
+# -- database locations (defect: a database that deletes another) --------------------------------------
+
+def test_a_database_at_another_databases_directory_is_refused(server: JsonServer[Any],
+                                                              catalog: HookedCatalog) -> None:
+    assert call(server, "POST", f"{API}/databases", {"name": "victim"}) == (200, {})
+    catalog.create_table("victim.t", SCHEMA).write(rows([1, 2, 3]))
+    warehouse = catalog.warehouse
+    for location in (f"{warehouse}/victim.db", f"{warehouse}/victim.db/t", f"{warehouse}/victim.db/sub"):
+        status, answer = call(server, "POST", f"{API}/databases", {"name": "evil", "options": {"location": location}})
+        assert status == 400, answer
+        assert "database 'evil'" in answer["message"] and "database 'victim'" in answer["message"]
+    status, answer = call(server, "POST", f"{API}/databases", {"name": "evil", "options": {"location": "/elsewhere"}})
+    assert status == 400 and "under the warehouse" in answer["message"]
+    assert call(server, "GET", f"{API}/databases") == (200, {"databases": ["victim"], "nextPageToken": None})
+
+    own = f"{warehouse}/places/own"
+    assert call(server, "POST", f"{API}/databases", {"name": "own", "options": {"location": own}}) == (200, {})
+    catalog.create_table("own.t", SCHEMA).write(rows([9]))
+    assert call(server, "DELETE", f"{API}/databases/own") == (200, {})  # the REST drop always cascades
+    assert not Path(own).exists()
+    assert catalog.get_table("victim.t").to_arrow().num_rows == 3
+    assert call(server, "DELETE", f"{API}/databases/victim") == (200, {})
+    assert not Path(warehouse, "victim.db").exists()
+
+
+def test_a_rename_to_a_name_whose_lock_id_would_not_fit_is_refused(server: JsonServer[Any],
+                                                                   catalog: HookedCatalog) -> None:
+    database = "d" * 120
+    catalog.create_database(database)
+    catalog.create_table(f"{database}.t", SCHEMA).write(rows([1]))
+    status, answer = call(server, "POST", f"{API}/tables/rename", {
+        "source": {"database": database, "object": "t"}, "destination": {"database": database, "object": "t" * 200}})
+    assert status == 400 and "lock id" in answer["message"]
+    assert catalog.list_tables(database) == ["t"]
+    assert catalog.get_table(f"{database}.t").to_arrow().num_rows == 1
+
+
+# -- a durable commit answers success (defect: a 500 after the snapshot landed) ------------------------
+
+def _snapshot_to_commit(table: Table) -> dict[str, Any]:
+    """The body a client sends for table's next snapshot, manifests written: Strata writes it,
+    then it is taken back out of the snapshot directory, as if only the client had it."""
+    table.write(rows([10, 20]))
+    manager = table.snapshot_manager
+    latest = manager.latest()
+    assert latest is not None
+    table.file_io.delete(manager.path(latest.id))
+    table.file_io.write_bytes(f"{manager.dir}/LATEST", str(latest.id - 1).encode())
+    return {"snapshot": json.loads(latest.to_json())}
+
+
+def test_a_commit_answers_success_when_the_catalog_fails_after_it(server: JsonServer[Any], catalog: HookedCatalog,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    catalog.create_database("db")
+    table = catalog.create_table("db.t", SCHEMA)
+    table.write(rows([1]))
+    body = _snapshot_to_commit(table)
+    labels = {"table": "db.t", "type": "iceberg-sync"}
+    failures_before = prometheus_client.REGISTRY.get_sample_value("strata_commit_callback_failures_total", labels)
+    catalog.fail_get_after_snapshot = 2
+    with caplog.at_level(logging.WARNING, logger="strata.paimon_rest"):
+        assert call(server, "POST", f"{API}/databases/db/tables/t/commit", body) == (200, {"success": True})
+    assert catalog.fail_get_after_snapshot is None  # the fault did happen, after the publish
+    assert sorted(catalog.get_table("db.t").to_arrow().column("id").to_pylist()) == [1, 10, 20]
+    failures = prometheus_client.REGISTRY.get_sample_value("strata_commit_callback_failures_total", labels)
+    assert (failures or 0) - (failures_before or 0) == 1
+    assert any("Iceberg mirror after it failed" in r.getMessage() and "unreachable" in r.getMessage()
+               for r in caplog.records)
+
+
+# -- tags and branches ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def tagged(catalog: HookedCatalog) -> Table:
+    catalog.create_database("db")
+    table = catalog.create_table("db.t", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
+    table.write(rows([1, 2]))
+    table.create_tag("t1")
+    return table
+
+
+@pytest.mark.parametrize("version", [" t1", "a%2Fb", "%2e%2e"])
+def test_a_snapshot_by_a_malformed_tag_name_is_a_bad_request(server: JsonServer[Any], tagged: Table,
+                                                             version: str) -> None:
+    status, answer = call(server, "GET", f"{API}/databases/db/tables/t/snapshots/{quote(version, safe='')}")
+    assert status == 400, answer
+    assert "tag name" in answer["message"]
+
+
+@pytest.mark.parametrize("version", ["nope", "\u00b2", "99"])
+def test_a_snapshot_by_an_unknown_tag_or_id_is_not_found(server: JsonServer[Any], tagged: Table, version: str) -> None:
+    status, answer = call(server, "GET", f"{API}/databases/db/tables/t/snapshots/{quote(version, safe='')}")
+    assert (status, answer["resourceType"], answer["resourceName"]) == (404, "SNAPSHOT", version)
+    status, answer = call(server, "GET", f"{API}/databases/db/tables/t/snapshots/t1")
+    assert status == 200 and answer["snapshot"]["id"] == 1
+
+
+def test_a_fast_forward_racing_a_commit_to_main_is_a_conflict(server: JsonServer[Any], catalog: HookedCatalog,
+                                                              tagged: Table) -> None:
+    tagged.create_branch("b1", from_tag="t1").write(rows([7]))
+    tagged.create_branch("empty")
+    status, answer = call(server, "POST", f"{API}/databases/db/tables/t/branches/empty/forward", {})
+    assert status == 400 and "does not have snapshot" in answer["message"]
+    catalog.during_commit_lock = lambda: catalog.get_table("db.t").write(rows([11]))
+    status, answer = call(server, "POST", f"{API}/databases/db/tables/t/branches/b1/forward", {})
+    assert (status, answer["resourceType"], answer["resourceName"]) == (409, "BRANCH", "b1")
+    assert "conflicts with a commit to main" in answer["message"]
+    assert sorted(catalog.get_table("db.t").to_arrow().column("id").to_pylist()) == [1, 2, 11]
+    assert call(server, "POST", f"{API}/databases/db/tables/t/branches/b1/forward", {}) == (200, {})
+    assert sorted(catalog.get_table("db.t").to_arrow().column("id").to_pylist()) == [1, 2, 7]
+
+
+# -- the token before the body (defect: bodies read before authorization) ------------------------------
+
+def test_a_request_without_the_token_is_refused_before_its_body_is_sent(server: JsonServer[Any],
+                                                                        catalog: HookedCatalog) -> None:
+    """The server answers 401 on the headers alone and closes the connection: it never waits for
+    (or reads) the body of a client that may not send one."""
+    with raw_connection(server) as sock:
+        send_head(sock, "POST", f"{API}/databases", {"Content-Length": "1000", "Content-Type": "application/json"})
+        status, answer = read_answer(sock)
+        assert status == 401 and "Bearer" in answer["message"]
+        assert sock.recv(1) == b""  # closed: the unsent body is never taken for a next request
+    assert catalog.list_databases() == []
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_an_oversized_body_without_the_token_is_unauthorized(server: JsonServer[Any], token: str | None) -> None:
+    """What is wrong with a request is said only to a client that may know it: 401, not 'too large'."""
+    with raw_connection(server) as sock:
+        headers = {"Content-Length": str(17 << 20), **({"Authorization": f"Bearer {token}"} if token else {})}
+        send_head(sock, "POST", f"{API}/databases", headers)
+        sock.shutdown(socket.SHUT_WR)
+        assert read_answer(sock)[0] == 401
+
+
+@pytest.mark.parametrize("length", ["abc", "-5", "1e3", "0x10", " ", "5, 6"])
+def test_a_malformed_content_length_is_a_bad_request_after_the_token(server: JsonServer[Any], length: str) -> None:
+    for token, expected in ((None, 401), (TOKEN, 400)):
+        with raw_connection(server) as sock:
+            headers = {"Content-Length": length, **({"Authorization": f"Bearer {token}"} if token else {})}
+            send_head(sock, "POST", f"{API}/databases", headers)
+            status, answer = read_answer(sock)
+            assert status == expected, (token, answer)
+            if expected == 400:
+                assert "Content-Length" in answer["message"]
+            assert sock.recv(1) == b""
+    assert call(server, "GET", "/health")[0] == 200
+
+
+def test_the_iceberg_catalog_bounds_a_body_and_reads_none_before_the_token(iceberg_server: JsonServer[Any]) -> None:
+    """The Iceberg REST catalog is read-only (writes answer 406): it used to read and discard a
+    body of any size, before the token was checked."""
+    path = "/v1/namespaces/db/tables/t"
+    with raw_connection(iceberg_server) as sock:
+        send_head(sock, "POST", path, {"Content-Length": str(1 << 40)})
+        assert read_answer(sock)[0] == 401
+        assert sock.recv(1) == b""
+    with raw_connection(iceberg_server) as sock:
+        send_head(sock, "POST", path, {"Content-Length": str(1 << 30), "Authorization": f"Bearer {TOKEN}"})
+        sock.shutdown(socket.SHUT_WR)
+        status, answer = read_answer(sock)
+        assert status == 400 and "larger than" in answer["error"]["message"]
+    status, answer = call(iceberg_server, "POST", path, {"requirements": []})
+    assert status == 406 and answer["error"]["type"] == "UnsupportedOperationException"
