@@ -198,6 +198,8 @@ def test_dropping_a_database_registered_over_another_deletes_no_file(catalog: Jd
                      [{"key": catalog.catalog_key, "pk": "exists", "pv": "true"},
                       {"key": catalog.catalog_key, "pk": "location", "pv": f"{catalog.warehouse}/victim.db"}])
         conn.execute(text("INSERT INTO paimon_tables VALUES (:key, 'evil', 't')"), {"key": catalog.catalog_key})
+    catalog.drop_table("evil.t")
+    assert catalog.get_table("victim.t").to_arrow().num_rows == 3
     catalog.drop_database("evil", cascade=True)
     assert catalog.list_databases() == ["victim"]
     assert catalog.get_table("victim.t").to_arrow().num_rows == 3

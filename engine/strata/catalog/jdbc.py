@@ -7,6 +7,11 @@ files under ``<location>/<table>`` (by default ``<warehouse>/<db>.db/<table>``),
 reader can open the table by path. Several catalogs share one database through ``catalog-key``
 (default ``jdbc``).
 
+A database's ``location`` may be given at creation: it must lie inside the warehouse and be,
+contain or lie inside no other database's directory (of any catalog key in this warehouse), since
+dropping a database with cascade deletes its directory. A table name must leave its lock id
+``<catalog-key>.<db>.<table>`` within ``lock-key-max-length`` (255).
+
 Databases: SQLite (``uri=sqlite:///path`` or ``jdbc:sqlite:path``; the embedded default is
 ``<warehouse>/catalog.sqlite`` for a local warehouse) and PostgreSQL (``uri=postgresql://...`` or
 ``jdbc:postgresql://host:port/db``, with ``jdbc.user`` / ``jdbc.password`` as Paimon passes them).
@@ -279,7 +284,8 @@ class JdbcCatalog(Catalog):
         if shared is not None:  # registered before locations were checked: its files are not its own
             log.warning("database %s: unregistered without deleting any file: its location %s", name, shared)
         for table in tables if shared is None else ():
-            self.drop_table(Identifier(name, table), ignore_if_not_exists=True)
+            ident = Identifier(name, table)
+            self._drop_table(ident, self.table_path(ident), ignore_if_not_exists=True)
         self._unregister_database(name)
         if cascade and shared is None:
             self.file_io.delete_dir(path)
@@ -369,13 +375,25 @@ class JdbcCatalog(Catalog):
         return Table(self.file_io, path, ident, schema, catalog=self)
 
     def drop_table(self, name: str | Identifier, ignore_if_not_exists: bool = False) -> None:
-        from strata.iceberg.sync import drop_mirror
-
         ident = Identifier.parse(name)
         check_table_name(ident.table)  # not a system table or a branch (as Paimon)
-        path = self.table_path(ident) if self._database_exists(ident.database) else None
-        with contextlib.suppress(TableNotFoundError, CorruptMetadataError):
-            drop_mirror(self.get_table(ident))
+        path = None
+        if self._database_exists(ident.database):
+            database = self.database_path(ident.database)
+            shared = self._overlap(ident.database, database)
+            if shared is not None:  # see drop_database: the directory may be another database's table
+                log.warning("table %s: unregistered without deleting any file: its database's location %s",
+                            ident, shared)
+            path = self.table_path(ident) if shared is None else None
+        self._drop_table(ident, path, ignore_if_not_exists)
+
+    def _drop_table(self, ident: Identifier, path: str | None, ignore_if_not_exists: bool) -> None:
+        """Unregister the table and delete its mirror and `path` (its directory; None: no file)."""
+        from strata.iceberg.sync import drop_mirror
+
+        if path is not None:
+            with contextlib.suppress(TableNotFoundError, CorruptMetadataError):
+                drop_mirror(self.get_table(ident))
         deleted = self._execute(f"DELETE FROM {TABLES} WHERE catalog_key = :key AND database_name = :db "
                                 "AND table_name = :t", db=ident.database, t=ident.table)
         if not deleted:

@@ -11,8 +11,9 @@ snapshot whose id is taken answers ``success: false``: the client retries on the
 
 Endpoints (``{prefix}`` is the warehouse name the config answer gives; JSON bodies; errors as
 ``{"message", "resourceType", "resourceName", "code"}``: 400 malformed input or name, 401 no or
-wrong token, 404 unknown warehouse, database, table, snapshot, branch or tag, 409 already exists,
-501 not supported, 500 with the exception's class only):
+wrong token, 404 unknown warehouse, database, table, snapshot, branch or tag, 409 already exists
+or a fast-forward that raced a commit to main, 501 not supported, 500 with the exception's class
+only):
 
 ``GET  /v1/config[?warehouse=]``                             defaults (``prefix``), overrides
 ``GET|POST /v1/{prefix}/databases``                          list (``databaseNamePattern``), create
@@ -30,6 +31,10 @@ wrong token, 404 unknown warehouse, database, table, snapshot, branch or tag, 40
 ``DELETE /v1/{prefix}/databases/{db}/tables/{t}/branches/{b}``, ``POST .../branches/{b}/forward``
 ``GET  /v1/{prefix}/databases/{db}/views|functions``         empty (Strata has neither)
 ``GET  /health``, ``GET /metrics``                           no token needed
+
+A database may be created with a ``location`` option (JDBC catalog): it must lie inside the
+warehouse and be, contain or lie inside no other database's directory (400 otherwise), since
+dropping a database (always with its tables, as the clients ask) deletes its directory.
 
 A table's ``{t}`` may name a branch (``t$branch_b1``): commits to it publish on the branch.
 Tags are written by the clients through the table's files (Paimon's 1.3 REST API has no tag calls).
