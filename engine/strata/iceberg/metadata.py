@@ -11,7 +11,7 @@ from typing import Any
 
 from strata.errors import SnapshotNotFoundError
 from strata.iceberg import manifests as im
-from strata.iceberg import statistics, versions
+from strata.iceberg import statistics
 from strata.iceberg.location import metadata_dir, table_location, uri
 from strata.iceberg.types import highest_field_id, iceberg_type, name_mapping, schema_json
 from strata.iceberg.versions import current_id
@@ -58,11 +58,13 @@ class MetadataBuilder:
         }
 
     def table_metadata(self, snapshot: Snapshot, previous: dict[str, Any] | None, manifest_list: str,
-                       counts: dict[str, int], lineage: tuple[int, int] | None) -> dict[str, Any]:
+                       counts: dict[str, int], lineage: tuple[int, int] | None,
+                       previous_file: str | None) -> dict[str, Any]:
         """The metadata of `snapshot` (its manifest list written), carrying on the snapshots of
-        `previous` the table still has, its other schemas and its metadata log."""
+        `previous` the table still has, its other schemas and its metadata log (to which
+        `previous_file`, the file `previous` was read from, is added)."""
         earliest = self.store.snapshot_manager.earliest_id() or snapshot.id
-        kept = [s for s in (previous or {}).get("snapshots", []) if s["snapshot-id"] >= earliest]
+        kept = [s for s in (previous or {}).get("snapshots", []) if earliest <= s["snapshot-id"] < snapshot.id]
         summary = {"operation": _OPERATIONS.get(snapshot.commit_kind, "overwrite"),
                    **{k: str(v) for k, v in counts.items()}}
         parent = current_id(previous)
@@ -75,9 +77,8 @@ class MetadataBuilder:
         snapshots = [*kept, new]
         schemas = [s for s in (previous or {}).get("schemas", []) if s["schema-id"] != self.schema.id]
         metadata_log = list((previous or {}).get("metadata-log", []))
-        if previous is not None and parent is not None:
-            metadata_log.append({"timestamp-ms": previous["last-updated-ms"],
-                                 "metadata-file": versions.metadata_file(self.dir, parent)})
+        if previous is not None and previous_file is not None:
+            metadata_log.append({"timestamp-ms": previous["last-updated-ms"], "metadata-file": previous_file})
         keep_versions = int(self.store.core.get("metadata.iceberg.previous-versions-max"))
         metadata_log = metadata_log[len(metadata_log) - keep_versions:] if keep_versions else []
         return {

@@ -146,9 +146,12 @@ def compute(table: FileStore | HasStore, snapshot_id: int) -> tuple[list[puffin.
 # -- table metadata ----------------------------------------------------------------------------
 
 def carried(previous: dict[str, Any] | None, snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The statistics entries a new metadata version keeps: those of snapshots it still lists."""
-    kept = {s["snapshot-id"] for s in snapshots}
-    return [e for e in (previous or {}).get("statistics") or [] if e.get("snapshot-id") in kept]
+    """The statistics entries a new metadata version keeps: those of snapshots it still lists, the
+    very snapshots (same commit time), not others of the same id that followed a rollback."""
+    kept = {s["snapshot-id"]: s.get("timestamp-ms") for s in snapshots}
+    then = {s["snapshot-id"]: s.get("timestamp-ms") for s in (previous or {}).get("snapshots") or []}
+    return [e for e in (previous or {}).get("statistics") or []
+            if e.get("snapshot-id") in kept and then.get(e["snapshot-id"]) == kept[e["snapshot-id"]]]
 
 
 def unreferenced(previous: dict[str, Any], metadata: dict[str, Any], metadata_dir: str) -> list[str]:

@@ -42,10 +42,11 @@ def sync_status(table: FileStore | HasStore) -> SyncStatus:
     store = store_of(table)
     latest = store.snapshot_manager.latest()
     latest_id = latest.id if latest is not None else None
-    try:
-        published = versions.read_hint(store.file_io, metadata_dir(store))
+    try:  # version numbers are not snapshot ids after a rollback: the current version tells
+        current = versions.current(store.file_io, metadata_dir(store))
     except OSError:  # the metadata directory itself is unreadable: it shows nothing
-        published = None
+        current = None
+    published = None if current is None else versions.current_id(current.metadata) or 0
     behind = max(0, (latest_id or 0) - (published or 0))
     try:
         last_error = dict(json.loads(store.file_io.read_bytes(f"{store.path}/{ERROR_FILE}")))

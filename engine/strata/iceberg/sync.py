@@ -16,7 +16,8 @@ carried forward; a rewritten manifest gets a new range) and null ``first_row_id`
 the Iceberg history anew.
 
 Layout (``table-location``): ``<table>/metadata/v<N>.metadata.json`` for Paimon snapshot N and
-``version-hint.text`` holding N; ``hadoop-catalog`` puts the same under
+``version-hint.text`` holding N (after a rollback, versions are numbered on past the current
+one: strata.iceberg.versions); ``hadoop-catalog`` puts the same under
 ``<warehouse>/iceberg/<db>/<table>/``. Iceberg snapshot ids and sequence numbers equal Paimon's
 snapshot ids, and each Paimon snapshot gets its Iceberg snapshot (a commit that also compacts
 publishes two), so ``FOR VERSION AS OF n`` is Paimon's snapshot n. Data file paths are spelled as
@@ -39,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from strata.errors import CommitConflictError, CommitStateUnknownError, SnapshotNotFoundError
 from strata.format import binary_row
 from strata.iceberg import manifests as im
 from strata.iceberg import statistics, versions
@@ -60,6 +62,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST_CHUNK = 20_000  # entries per manifest of a full rewrite (bounds each file's size)
 MAX_CATCH_UP = 8  # unpublished snapshots a sync still publishes one by one before the latest
+PUBLISH_ATTEMPTS = 5  # versions a sync tries while concurrent syncs keep taking the next one
 
 
 def sync_after_commit(table: FileStore | HasStore) -> None:
@@ -120,6 +123,13 @@ def _statistics_sibling(location: str) -> str:
     return sibling if sibling != location else versions.metadata_file(base, number)
 
 
+def _shows(metadata: dict[str, Any], snapshot: Snapshot) -> bool:
+    """The metadata's current snapshot is `snapshot` (not one of the same id a rollback removed)."""
+    if current_id(metadata) != snapshot.id:
+        return False
+    return bool(current_snapshot(metadata)["timestamp-ms"] == snapshot.time_millis)
+
+
 @dataclass
 class SyncResult:
     snapshot_id: int | None
@@ -155,9 +165,11 @@ class IcebergSync:
         snapshot = self.store.snapshot_manager.latest()
         if snapshot is None:
             return SyncResult(None, None)
-        for missed in self._missed(snapshot):
-            self._sync(missed)
-        return self._sync(snapshot)
+        head = versions.current(self.file_io, self.dir)
+        for missed in self._missed(snapshot, head):
+            self._sync(missed, head)
+            head = versions.current(self.file_io, self.dir)
+        return self._sync(snapshot, head)
 
     def publish_schema(self) -> str:
         """Write v0.metadata.json: the table's current schema, no snapshot (unless a snapshot's
@@ -171,14 +183,14 @@ class IcebergSync:
         self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(SCHEMA_ONLY_VERSION).encode())
         return location
 
-    def _missed(self, latest: Snapshot) -> list[Snapshot]:
-        """The snapshots after the published metadata and before `latest`, each to get its own
-        Iceberg snapshot first, as Paimon's per-snapshot commit callback gives it (a commit that
+    def _missed(self, latest: Snapshot, head: versions.Version | None) -> list[Snapshot]:
+        """The snapshots after the published metadata (`head`) and before `latest`, each to get its
+        own Iceberg snapshot first, as Paimon's per-snapshot commit callback gives it (a commit that
         also compacts publishes two). Before any metadata: the earlier snapshots of the latest's
         commit (same user and identifier). A gap longer than MAX_CATCH_UP publishes the latest only."""
         manager = self.store.snapshot_manager
         first = max(latest.id - MAX_CATCH_UP, manager.earliest_id() or latest.id)
-        published = versions.read_hint(self.file_io, self.dir)
+        published = None if head is None else current_id(head.metadata) or SCHEMA_ONLY_VERSION
         if published is not None:
             if published < first - 1 or published >= latest.id:
                 return []
@@ -194,48 +206,68 @@ class IcebergSync:
             out.append(snapshot)
         return out[::-1]
 
-    def _sync(self, snapshot: Snapshot) -> SyncResult:
-        location = versions.metadata_file(self.dir, snapshot.id)
-        previous_id = versions.read_hint(self.file_io, self.dir)
-        rolled_back = previous_id is not None and previous_id >= snapshot.id
-        if rolled_back:
-            if self._published(snapshot):
-                self._repair_hint(snapshot.id)
-                return SyncResult(snapshot.id, location, up_to_date=True)
-            previous_id = None  # the table was rolled back past the published metadata: start anew
-        loaded = versions.load(self.file_io, self.dir, previous_id)
-        previous = loaded.metadata if loaded is not None else None
+    def _sync(self, snapshot: Snapshot, head: versions.Version | None, attempts: int = PUBLISH_ATTEMPTS
+              ) -> SyncResult:
+        """Publish the metadata of `snapshot` as the version after `head` (the current one).
+        Versions are numbered by their snapshot while the table only moves forward; after a
+        rollback the numbers go on past `head`: a published version is never rewritten, and
+        Iceberg's Hadoop readers look past the hint for newer ones."""
+        base = head.metadata if head is not None else None
+        if head is not None and base is not None and _shows(base, snapshot):
+            return SyncResult(snapshot.id, head.location, up_to_date=True)
+        previous = base
+        if previous is not None and not self._builds_on(previous, snapshot):
+            previous = self._without_rolled_back(previous, snapshot)
         if previous is not None and format_version_of(previous) > self.format_version:
             log.info("table %s: Iceberg metadata goes back from format %d to %d: its history starts anew",
                      self.store.identifier, format_version_of(previous), self.format_version)
             previous = None  # Iceberg has no downgrade (as Paimon: metadata created without a base)
+        number = snapshot.id if head is None else max(snapshot.id, head.number + 1)
+        location = versions.metadata_file(self.dir, number)
+        logged = versions.metadata_file(self.dir, head.number) if head is not None and current_id(base) else None
         self.file_io.mkdirs(self.dir)
         manifest_list, full, counts, lineage = self._manifest_list(snapshot, previous)
-        metadata = self.metadata.table_metadata(snapshot, previous, manifest_list, counts, lineage)
-        data = json.dumps(metadata, indent=1).encode()
-        if rolled_back:
-            self.file_io.write_bytes(location, data)  # replaces the metadata of a snapshot rolled back
-        elif not self._publish(location, data):
-            self._discard_written()  # definitely not ours: a concurrent sync published this snapshot
-            if self._published(snapshot):
-                self._repair_hint(snapshot.id)
-            return SyncResult(snapshot.id, location, up_to_date=True)
+        metadata = self.metadata.table_metadata(snapshot, previous, manifest_list, counts, lineage, logged)
+        if not self._publish(location, json.dumps(metadata, indent=1).encode()):
+            self._discard_written()  # definitely not ours: another sync published this version
+            return self._taken(snapshot, number, attempts)
         self._written_paths.clear()  # published: from here on they are the metadata's files
-        if rolled_back or (versions.read_hint(self.file_io, self.dir) or 0) < snapshot.id:
-            self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(snapshot.id).encode())
+        self._repair_hint(number)
         self.published = metadata
-        if loaded is not None and previous is not None and not loaded.with_statistics:
-            # statistics published for the previous version while this one was built: carry them on
-            carried = statistics.carry_forward(self.store, self.dir, loaded.number, snapshot.id, metadata)
-            if carried is not None:
-                previous, self.published = carried
-        if previous is not None:
+        if head is not None and base is not None and previous is not None:
+            if not head.with_statistics:
+                # statistics published for the previous version while this one was built: carry them on
+                carried = statistics.carry_forward(self.store, self.dir, head.number, number, metadata)
+                if carried is not None:
+                    base, self.published = carried
             try:
-                self._clean(previous, self.published, previous_id)
+                self._clean(base, self.published, head.number)
             except OSError as exc:  # files left are only unreferenced ones: the next sync's clean retries
                 log.warning("table %s: Iceberg metadata of snapshot %d published; cleaning older files "
                             "failed (%s)", self.store.identifier, snapshot.id, exc)
         return SyncResult(snapshot.id, location, full, counts["total-data-files"], counts["total-delete-files"])
+
+    def _taken(self, snapshot: Snapshot, number: int, attempts: int) -> SyncResult:
+        """Version `number` was published by another sync: it shows this snapshot (its hint is
+        repaired, in case that sync failed to write it) or a newer one (nothing left to do), or
+        an older or rolled-back one, and then this snapshot goes into the version after it."""
+        taken = versions.load(self.file_io, self.dir, number)
+        if taken is None:  # taken, then removed by a later version's cleanup: the hint moved past it
+            taken = versions.current(self.file_io, self.dir)
+            if taken is None or taken.number < number:
+                raise CommitStateUnknownError(f"Iceberg metadata version {number} of {self.store.identifier} was "
+                                              "taken and is gone; the next sync (or `strata iceberg sync`) settles it")
+        shown = taken.metadata
+        if _shows(shown, snapshot):
+            self._repair_hint(taken.number)
+            return SyncResult(snapshot.id, taken.location, up_to_date=True)
+        newer = current_id(shown)
+        if newer is not None and newer > snapshot.id and self._is_live(current_snapshot(shown)):
+            return SyncResult(snapshot.id, taken.location, up_to_date=True)  # a later snapshot's sync won
+        if attempts <= 1:
+            raise CommitConflictError(f"table {self.store.identifier}: Iceberg metadata of snapshot {snapshot.id} "
+                                      f"not published: concurrent syncs took the versions up to {taken.number}")
+        return self._sync(snapshot, taken, attempts - 1)
 
     def _publish(self, location: str, data: bytes) -> bool:
         """True: our metadata version is published; False: a concurrent sync's is (ours is not).
@@ -243,7 +275,8 @@ class IcebergSync:
         return versions.publish(self.file_io, location, data)
 
     def _repair_hint(self, version: int) -> None:
-        """A version published without its hint (the hint write failed after it) gets it now."""
+        """Point the hint at `version` unless it names a newer one (a version whose own hint write
+        failed gets it now)."""
         if (versions.read_hint(self.file_io, self.dir) or 0) < version:
             self.file_io.write_bytes(f"{self.dir}/{VERSION_HINT}", str(version).encode())
 
@@ -254,13 +287,36 @@ class IcebergSync:
             self._delete(path)
         self._written_paths.clear()
 
-    def _published(self, snapshot: Snapshot) -> bool:
-        """Metadata for exactly this snapshot exists (not for a snapshot of the same id that a
-        rollback removed)."""
-        existing = self._load(snapshot.id)
-        if existing is None or current_id(existing) != snapshot.id:
-            return False
-        return bool(current_snapshot(existing)["timestamp-ms"] == snapshot.time_millis)
+    # -- rollback ----------------------------------------------------------------------------------
+    def _is_live(self, entry: dict[str, Any]) -> bool:
+        """The Iceberg snapshot `entry` is still the table's snapshot of its id (not one a rollback
+        removed, nor one a later commit of the same id replaced); an expired one counts as live."""
+        manager = self.store.snapshot_manager
+        try:
+            return bool(manager.snapshot(entry["snapshot-id"]).time_millis == entry["timestamp-ms"])
+        except SnapshotNotFoundError:
+            earliest = manager.earliest_id()
+            return earliest is not None and entry["snapshot-id"] < earliest
+
+    def _builds_on(self, previous: dict[str, Any], snapshot: Snapshot) -> bool:
+        """`snapshot` follows the current snapshot of `previous` (no rollback in between)."""
+        shown = current_id(previous)
+        if shown is None:
+            return True
+        return shown < snapshot.id and self._is_live(current_snapshot(previous))
+
+    def _without_rolled_back(self, previous: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
+        """`previous` without what a rollback removed: only the snapshots older than `snapshot`
+        that the table still has, the newest of them current. A rollback removes the newest
+        snapshots, so below the newest live one all are live. The table uuid, schemas, row ids
+        and metadata log go on."""
+        older = sorted((s for s in previous.get("snapshots") or [] if s["snapshot-id"] < snapshot.id),
+                       key=lambda s: s["snapshot-id"], reverse=True)
+        newest_live = next((i for i, s in enumerate(older) if self._is_live(s)), len(older))
+        kept = older[newest_live:][::-1]
+        log.info("table %s: rolled back past Iceberg snapshot %s; the mirror goes on from %s",
+                 self.store.identifier, current_id(previous), kept[-1]["snapshot-id"] if kept else "no snapshot")
+        return {**previous, "snapshots": kept, "current-snapshot-id": kept[-1]["snapshot-id"] if kept else -1}
 
     def _load(self, version: int | None) -> dict[str, Any] | None:
         loaded = versions.load(self.file_io, self.dir, version)
@@ -457,18 +513,21 @@ class IcebergSync:
 
     # -- expiry ------------------------------------------------------------------------------------
     def _clean(self, previous: dict[str, Any], metadata: dict[str, Any], previous_version: int | None) -> None:
-        """Files only expired Iceberg snapshots used, and metadata versions past the kept ones
-        (`previous_version`: the v<N> of `previous`; 0 for the schema-only metadata). A manifest is
-        carried forward over a contiguous run of snapshots, so one the oldest kept snapshot does
-        not list is used by no kept snapshot."""
-        kept_ids = {s["snapshot-id"] for s in metadata["snapshots"]}
+        """Files only expired or rolled-back Iceberg snapshots used, and metadata versions past the
+        kept ones (`previous_version`: the v<N> of `previous`; 0 for the schema-only metadata). A
+        manifest is carried forward over a contiguous run of snapshots, so one that neither the
+        oldest kept snapshot, nor the newest kept before the current one, nor the current one lists
+        is used by no kept snapshot."""
+        kept_lists = {s["manifest-list"] for s in metadata["snapshots"]}
         for path in statistics.unreferenced(previous, metadata, self.dir):
             self._delete(path)
-        dropped = [s for s in previous.get("snapshots", []) if s["snapshot-id"] not in kept_ids]
+        dropped = [s for s in previous.get("snapshots", []) if s["manifest-list"] not in kept_lists]
         if dropped:
-            oldest = min(metadata["snapshots"], key=lambda s: s["snapshot-id"])
-            still_used = self._referenced(oldest["manifest-list"]) | self._referenced(
-                metadata["snapshots"][-1]["manifest-list"])
+            kept = sorted(metadata["snapshots"], key=lambda s: s["snapshot-id"])
+            still_used: set[str] = set()
+            for manifest_list in {kept[0]["manifest-list"], kept[max(len(kept) - 2, 0)]["manifest-list"],
+                                  kept[-1]["manifest-list"]}:
+                still_used |= self._referenced(manifest_list)
             for snap in dropped:
                 for path in self._referenced(snap["manifest-list"]) - still_used:
                     self._delete(path)

@@ -1,8 +1,11 @@
 """The files that make an Iceberg metadata version, and publishing one (ARCHITECTURE decision 9).
 
 A version is named by its Paimon snapshot, as Paimon's Iceberg compatibility names it:
-``v<N>.metadata.json`` for snapshot N, and ``version-hint.text`` holding N. A version is written
-once (create-if-absent) and never rewritten. Statistics computed after a version was published
+``v<N>.metadata.json`` for snapshot N, and ``version-hint.text`` holding N, while the table only
+moves forward. After a rollback the numbers go on past the current version's (the snapshot a
+version shows is its ``current-snapshot-id``): a version is written once (create-if-absent) and
+never rewritten, and Iceberg's Hadoop-table readers, which probe for versions past the hint, never
+find a stale one there. Statistics computed after a version was published
 go into its *statistics version* ``v<N>.stats.metadata.json``: the same metadata plus the
 statistics entries, also written once. Readers that go through Strata (its REST catalog,
 ``latest_metadata_location``) take the statistics version of N when it exists; Iceberg's own

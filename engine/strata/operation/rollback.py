@@ -13,6 +13,7 @@ Order: the target snapshot file (if restored) and the ``LATEST`` hint first, the
 snapshot files from the newest down (so the live ids stay one contiguous range ending at the
 target), then the tags, and only then their files. Writers of the table must be stopped during a
 rollback, as with Paimon: a commit built on a deleted snapshot would publish after the gap.
+Last, a table with the Iceberg mirror publishes a new metadata version showing the target.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 from dataclasses import dataclass, field
 
 from strata.errors import SnapshotNotFoundError
+from strata.iceberg import sync_after_commit
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
 from strata.operation.expire import FileKey, TableFiles, file_key, other_branches_files
 from strata.snapshot.snapshot import Snapshot
@@ -129,4 +131,5 @@ def rollback_to(table: FileStore | HasStore, target: int | str) -> RollbackResul
     log.info("table %s: rolled back to snapshot %d (%d snapshots, %d tags, %d data files deleted)",
              table.identifier, snapshot.id, len(result.deleted_snapshots), len(result.deleted_tags),
              result.data_files_deleted)
+    sync_after_commit(table)  # Iceberg readers see the rolled-back table now, not at the next commit
     return result

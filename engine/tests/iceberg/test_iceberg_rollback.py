@@ -1,0 +1,152 @@
+"""A rollback of a table with the Iceberg mirror, as Iceberg readers meet it: after rolling back
+(to a snapshot or to a tag) and writing on, pyiceberg reads the table's own rows, from the
+metadata file Strata names current and through the Iceberg REST catalog, with and without a
+statistics version of the rolled-back metadata. A published metadata file is never rewritten,
+version numbers only grow (Iceberg's Hadoop readers probe past the hint), and no statistics of a
+rolled-back snapshot stay listed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg_oracle import read_iceberg
+
+import strata
+from strata.cli import main as cli
+from strata.iceberg import latest_metadata_location
+from strata.iceberg.location import metadata_dir
+from strata.iceberg.versions import metadata_file, read_hint
+from strata.table.table import Table
+from strata_platform.iceberg_rest import IcebergRestCatalog, start
+
+pytestmark = pytest.mark.pyiceberg
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+
+
+def batch(*ids: int) -> pa.Table:
+    return pa.table({"id": list(ids), "name": [f"n{i}" for i in ids]}, schema=SCHEMA)
+
+
+def rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted(zip(table.column("id").to_pylist(), table.column("name").to_pylist(), strict=True))
+
+
+class PublishedFiles:
+    """Every metadata file seen so far, by name: a name must keep the bytes it was published with."""
+
+    def __init__(self, table: Table):
+        self.table, self.dir = table, metadata_dir(table)
+        self.seen: dict[str, bytes] = {}
+
+    def check(self) -> None:
+        io = self.table.file_io
+        for status in io.list_status(self.dir):
+            name = status.path.rsplit("/", 1)[-1]
+            if not name.endswith(".metadata.json"):
+                continue
+            data = io.read_bytes(f"{self.dir}/{name}")
+            assert self.seen.setdefault(name, data) == data, f"published metadata file {name} was rewritten"
+
+
+@pytest.fixture
+def rest_uri(catalog: strata.Catalog) -> Iterator[str]:
+    server = start(IcebergRestCatalog(catalog), port=0)
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def assert_iceberg_reads_the_table(table: Table, options: dict[str, str], rest_uri: str) -> None:
+    """pyiceberg, from the current metadata file, from the file the hint names (as Iceberg's Hadoop
+    tables read) and through the REST catalog, reads the table's rows, and every data file it
+    plans exists."""
+    expected = rows(table.to_arrow())
+    directory = metadata_dir(table)
+    hint = read_hint(table.file_io, directory)
+    assert hint is not None
+    assert not table.file_io.exists(metadata_file(directory, hint + 1)), \
+        "a metadata version past the hint would be read by Iceberg's Hadoop tables"
+    sources: list[dict[str, Any]] = [{"metadata": latest_metadata_location(table)},
+                                     {"metadata": metadata_file(directory, hint)},
+                                     {"metadata": None, "rest": rest_uri, "identifier": f"db.{table.identifier.table}"}]
+    for source in sources:
+        got, facts = read_iceberg(source.pop("metadata"), options, **source)
+        assert rows(got) == expected, source
+        assert facts["current"] == table.latest_snapshot().id
+        for path in facts["layouts"]:
+            assert table.file_io.exists(path), f"{source}: a listed data file does not exist: {path}"
+
+
+def current_metadata(table: Table) -> dict[str, Any]:
+    location = latest_metadata_location(table)
+    assert location is not None
+    return dict(json.loads(table.file_io.read_bytes(location)))
+
+
+@pytest.mark.parametrize("target", ["snapshot", "tag"])
+@pytest.mark.parametrize("statistics", [False, True], ids=["plain", "statistics"])
+def test_rollback_then_writes_are_what_iceberg_readers_see(catalog: strata.Catalog, warehouse: str,
+                                                           warehouse_options: dict[str, str], rest_uri: str,
+                                                           target: str, statistics: bool) -> None:
+    if statistics:
+        pytest.importorskip("datasketches")
+    table = catalog.create_table("db.t", SCHEMA, options={
+        "metadata.iceberg.storage": "table-location",
+        "metadata.iceberg.statistics": "compaction" if statistics else "manual"})
+    published = PublishedFiles(table)
+    for ids in ((1, 2), (3,), (4,)):
+        table.write(batch(*ids))
+        published.check()
+    if target == "tag":
+        table.create_tag("before", 2)
+    if statistics:  # the head about to be rolled back gets a statistics version (v3.stats.metadata.json)
+        assert cli(["--warehouse", warehouse, "iceberg", "stats", "db.t"]) == 0
+        assert latest_metadata_location(table).endswith(".stats.metadata.json")  # type: ignore[union-attr]
+    doomed_statistics = {e["statistics-path"] for e in current_metadata(table).get("statistics") or []
+                         if e["snapshot-id"] > 2}
+    assert bool(doomed_statistics) == statistics
+    published.check()
+
+    table.rollback_to("before" if target == "tag" else 2)
+    published.check()
+    assert rows(table.to_arrow()) == rows(batch(1, 2, 3))
+    assert_iceberg_reads_the_table(table, warehouse_options, rest_uri)
+
+    table.write(batch(10))
+    published.check()
+    table.write(batch(11, 12))
+    published.check()
+    assert rows(table.to_arrow()) == rows(batch(1, 2, 3, 10, 11, 12))
+    assert_iceberg_reads_the_table(table, warehouse_options, rest_uri)
+
+    metadata = current_metadata(table)
+    listed = {e["statistics-path"] for e in metadata.get("statistics") or []}
+    assert not listed & doomed_statistics, "statistics of rolled-back snapshots are still listed"
+    live = {s.id: s.time_millis for s in table.snapshots()}
+    for snapshot in metadata["snapshots"]:
+        assert live.get(snapshot["snapshot-id"]) == snapshot["timestamp-ms"], \
+            f"Iceberg snapshot {snapshot['snapshot-id']} is not the table's"
+
+
+def test_deletion_vector_table_rolled_back_then_upserted(catalog: strata.Catalog, warehouse_options: dict[str, str],
+                                                         rest_uri: str) -> None:
+    """The issue's path on a primary-key table read through deletion vectors: a rollback, then two
+    upserts, and only then a reader (nothing is read in between)."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+    table = catalog.create_table("db.dv", schema, primary_keys=["id"], options={
+        "metadata.iceberg.storage": "table-location", "bucket": "1", "deletion-vectors.enabled": "true"})
+    table.write(batch(*range(10)))
+    table.write(batch(1, 2, 3).set_column(1, "name", pa.array(["a", "b", "c"])))
+    table.write(batch(4, 5).set_column(1, "name", pa.array(["d", "e"])))
+    table.rollback_to(2)
+    table.write(batch(5, 6).set_column(1, "name", pa.array(["x", "y"])))
+    table.write(batch(1, 11).set_column(1, "name", pa.array(["z", "w"])))
+    assert table.to_arrow().num_rows == 11
+    assert_iceberg_reads_the_table(table, warehouse_options, rest_uri)
