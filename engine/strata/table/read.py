@@ -295,17 +295,17 @@ def read_arrow(store: FileStore, columns: Sequence[str] | None = None, filter: P
                snapshot_id: int | None = None, timestamp_millis: int | None = None, tag: str | None = None,
                read_optimized: bool = False) -> pa.Table:
     """Rows of the table (latest snapshot unless time travel), what ``Table.to_arrow`` returns."""
-    scan, store = _scan_as_of(store, filter, snapshot_id, timestamp_millis, tag, read_optimized)
+    scan, store = scan_as_of(store, filter, snapshot_id, timestamp_millis, tag, read_optimized)
     return TableRead(store, columns, filter).to_arrow(scan.plan().splits)
 
 
 def read_batches(store: FileStore, columns: Sequence[str] | None = None, filter: Predicate | None = None,
                  snapshot_id: int | None = None) -> Iterator[pa.RecordBatch]:
-    scan, store = _scan_as_of(store, filter, snapshot_id)
+    scan, store = scan_as_of(store, filter, snapshot_id)
     return TableRead(store, columns, filter).to_batches(scan.plan().splits)
 
 
-def _scan_as_of(store: FileStore, filter: Predicate | None, snapshot_id: int | None,
+def scan_as_of(store: FileStore, filter: Predicate | None, snapshot_id: int | None,
                 timestamp_millis: int | None = None, tag: str | None = None,
                 read_optimized: bool = False) -> tuple[TableScan, FileStore]:
     """The scan, and the store as of the scanned snapshot: time travel reads with that snapshot's

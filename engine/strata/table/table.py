@@ -30,8 +30,11 @@ from strata.table.system_tables import read_system_table
 from strata.table.write import TableWrite, write_messages
 
 if TYPE_CHECKING:
+    import duckdb
     import pandas as pd
+    import polars as pl
 
+    from strata.arrow_stream import ArrowScan
     from strata.operation.delete import DeleteResult
     from strata.operation.expire import ExpireResult
     from strata.operation.orphan import OrphanResult
@@ -223,6 +226,39 @@ class Table:
     def to_pandas(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
                   snapshot_id: int | None = None) -> pd.DataFrame:
         return self.to_arrow(columns, filter, snapshot_id).to_pandas()
+
+    # -- the Python data stack (strata.arrow_stream, strata.polars, strata.duckdb, strata.stream) --
+    def arrow_scan(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
+                   snapshot_id: int | None = None, tag: str | None = None, timestamp_millis: int | None = None,
+                   limit: int | None = None) -> ArrowScan:
+        """A planned read that engines consume as an Arrow stream (``__arrow_c_stream__``):
+        ``pa.RecordBatchReader.from_stream(scan)``, DuckDB, Polars, DataFusion."""
+        from strata.arrow_stream import ArrowScan
+
+        return ArrowScan(self.store, columns, filter, snapshot_id, tag, timestamp_millis, limit)
+
+    def to_polars(self, columns: Sequence[str] | None = None, filter: Predicate | None = None,
+                  snapshot_id: int | None = None, tag: str | None = None,
+                  lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
+        """The rows as a Polars DataFrame; `lazy`: a LazyFrame (strata.polars.scan) whose own
+        ``filter``/``select``/``head`` are pushed into the scan."""
+        from strata import polars as strata_polars
+
+        if not lazy:
+            return strata_polars.to_polars(self, columns, filter, snapshot_id, tag)
+        if filter is not None:
+            raise ValueError(f"to_polars(lazy=True) of table {self.identifier} takes no Strata filter: "
+                             "filter the LazyFrame (pl.col(...)), which is pushed into the scan")
+        frame = strata_polars.scan(self, snapshot_id, tag)
+        return frame.select(list(columns)) if columns is not None else frame
+
+    def to_duckdb(self, con: duckdb.DuckDBPyConnection | None = None, name: str | None = None,
+                  snapshot_id: int | None = None, tag: str | None = None) -> duckdb.DuckDBPyConnection:
+        """Register the table as view `name` (default: the table's name) of `con` (default: a new
+        in-memory connection); SQL on it streams batches with pushdown (strata.duckdb)."""
+        from strata.duckdb import register
+
+        return register(self, con, name, snapshot_id, tag)
 
     def read_incremental(self, start_exclusive: int, end_inclusive: int,
                          columns: Sequence[str] | None = None) -> pa.Table:

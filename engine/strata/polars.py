@@ -1,0 +1,204 @@
+"""Strata tables as Polars LazyFrames, through Polars' IO-plugin interface.
+
+    lf = strata.polars.scan(table)              # or table.to_polars(lazy=True)
+    lf.filter(pl.col("dt") == "2024-01-01").select("id", "v").head(10).collect()
+
+Polars hands the plugin the columns a query needs, its row limit and its predicate. The columns
+and the limit go into Strata's scan. The predicate's parts that have a Strata form (comparisons
+of a column with a literal, ``is_in``, ``is_null``/``is_not_null``, and ``&``/``|``/``~`` of
+those) become the scan's filter, which prunes partitions, files, row groups and pages; Polars
+then applies the whole predicate to what was read, so the answer is always Polars' own. Float
+columns are left to Polars (NaN compares differently there).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from strata.arrow_stream import ArrowScan
+from strata.errors import FilterError
+from strata.expressions import Leaf, Predicate
+from strata.expressions.literals import bind
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from strata.schema.table_schema import TableSchema
+    from strata.table.table import Table
+
+_COMPARISONS = {"Eq": "eq", "NotEq": "ne", "Lt": "lt", "LtEq": "le", "Gt": "gt", "GtEq": "ge"}
+_FLIPPED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+_NULL_CHECKS = {"IsNull": "is_null", "IsNotNull": "is_not_null"}
+_UNTRANSLATED = object()
+
+
+def scan(table: Table, snapshot_id: int | None = None, tag: str | None = None,
+         branch: str | None = None) -> pl.LazyFrame:
+    """The table as a LazyFrame, pinned to one snapshot: `snapshot_id`, `tag`, else the latest
+    of `branch` (default: the table's) when this is called."""
+    import polars as pl
+    from polars.io.plugins import register_io_source
+
+    if branch is not None:
+        table = table.on_branch(branch)
+    if snapshot_id is None and tag is None:
+        snapshot_id = table.snapshot_manager.latest_id()
+    schema = ArrowScan(table, snapshot_id=snapshot_id, tag=tag).schema
+    empty = pl.from_arrow(schema.empty_table())
+    assert isinstance(empty, pl.DataFrame)
+
+    def source(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
+               batch_size: int | None) -> Iterator[pl.DataFrame]:
+        read = ArrowScan(table, _needed(with_columns, predicate, schema.names),
+                         to_strata_filter(predicate, table.schema), snapshot_id, tag,
+                         limit=n_rows if predicate is None else None)
+        return _frames(read, with_columns, predicate, n_rows)
+
+    return register_io_source(source, schema=empty.schema, explain_name="strata",
+                              explain_detail=f"{table.identifier} snapshot={snapshot_id} tag={tag}")
+
+
+def _needed(with_columns: list[str] | None, predicate: pl.Expr | None, names: Sequence[str]) -> list[str] | None:
+    """The columns to read: the query's and its predicate's, in table order (None: all)."""
+    if with_columns is None:
+        return None
+    wanted = set(with_columns) | (set(predicate.meta.root_names()) if predicate is not None else set())
+    return [n for n in names if n in wanted]
+
+
+def _frames(read: ArrowScan, with_columns: list[str] | None, predicate: pl.Expr | None,
+            n_rows: int | None) -> Iterator[pl.DataFrame]:
+    import polars as pl
+
+    left = n_rows
+    for batch in read.to_batches():
+        frame = pl.from_arrow(batch)
+        assert isinstance(frame, pl.DataFrame)
+        if predicate is not None:
+            frame = frame.filter(predicate)
+        if with_columns is not None:
+            frame = frame.select(with_columns)
+        if left is not None:
+            frame = frame.head(left)
+            left -= frame.height
+        if frame.height:
+            yield frame
+        if left == 0:
+            return
+
+
+def to_strata_filter(predicate: pl.Expr | None, schema: TableSchema) -> Predicate | None:
+    """The part of a Polars predicate that Strata can evaluate (a conjunct it cannot is left
+    out, so the result selects at least the rows `predicate` selects), bound to `schema`; None
+    when nothing translates."""
+    if predicate is None:
+        return None
+    tree = json.loads(predicate.meta.serialize(format="json"))
+    types = {f.name: f.type.to_arrow() for f in schema.fields}
+    parts = [p for p in (_translate(c, schema, types) for c in _conjuncts(tree)) if p is not None]
+    if not parts:
+        return None
+    combined = parts[0]
+    for part in parts[1:]:
+        combined = combined & part
+    return combined
+
+
+def _conjuncts(node: dict[str, Any]) -> list[dict[str, Any]]:
+    binary = node.get("BinaryExpr")
+    if binary is not None and binary["op"] in ("And", "LogicalAnd"):
+        return _conjuncts(binary["left"]) + _conjuncts(binary["right"])
+    return [node]
+
+
+def _translate(node: dict[str, Any], schema: TableSchema, types: dict[str, pa.DataType]) -> Predicate | None:
+    """The Strata predicate, bound to `schema`, selecting exactly the rows `node` selects, or None."""
+    predicate = _node(node, types)
+    try:
+        return bind(predicate, schema)
+    except (FilterError, ValueError, TypeError, pa.ArrowException):
+        return None  # e.g. a literal of another type: Polars decides
+
+
+def _node(node: dict[str, Any], types: dict[str, pa.DataType]) -> Predicate | None:
+    if "BinaryExpr" in node:
+        return _binary(node["BinaryExpr"], types)
+    function = node.get("Function")
+    if function is None:
+        return None
+    spec, inputs = function["function"], function["input"]
+    kind = spec.get("Boolean") if isinstance(spec, dict) else None
+    if kind in _NULL_CHECKS and "Column" in inputs[0]:
+        return Leaf(inputs[0]["Column"], _NULL_CHECKS[kind]) if inputs[0]["Column"] in types else None
+    if kind == "Not":
+        child = _node(inputs[0], types)
+        return ~child if child is not None else None
+    if isinstance(kind, dict) and "IsIn" in kind and "Column" in inputs[0]:
+        values = _list_literal(inputs[1])
+        name = inputs[0]["Column"]
+        return Leaf(name, "in", tuple(values)) if values is not None and _exact_type(types.get(name)) else None
+    return None
+
+
+def _binary(binary: dict[str, Any], types: dict[str, pa.DataType]) -> Predicate | None:
+    op = binary["op"]
+    if op in ("And", "LogicalAnd", "Or", "LogicalOr"):
+        left, right = _node(binary["left"], types), _node(binary["right"], types)
+        if left is None or right is None:
+            return None
+        return left & right if op in ("And", "LogicalAnd") else left | right
+    if op not in _COMPARISONS:
+        return None
+    strata_op = _COMPARISONS[op]
+    column, literal = binary["left"], binary["right"]
+    if "Column" not in column:
+        column, literal, strata_op = literal, column, _FLIPPED[strata_op]
+    name = column.get("Column")
+    if name is None or not _exact_type(types.get(name)):
+        return None
+    value = _scalar_literal(literal)
+    return None if value is _UNTRANSLATED or value is None else Leaf(name, strata_op, (value,))
+
+
+def _exact_type(data_type: pa.DataType | None) -> bool:
+    """Columns whose comparisons Polars and Strata decide alike (not floats: NaN)."""
+    return data_type is not None and not pa.types.is_floating(data_type)
+
+
+def _scalar_literal(node: dict[str, Any]) -> Any:
+    literal = node.get("Literal")
+    if not isinstance(literal, dict):
+        return _UNTRANSLATED
+    for kind in ("Dyn", "Scalar"):
+        value = literal.get(kind)
+        if isinstance(value, dict) and len(value) == 1:
+            (type_name, inner), = value.items()
+            if type_name in ("Int", "Str", "String", "Boolean") or type_name[:3] in ("Int", "UIn"):
+                return inner
+    return _UNTRANSLATED
+
+
+def _list_literal(node: dict[str, Any]) -> list[Any] | None:
+    """The values of an ``is_in`` list literal (an Arrow IPC stream of one list value)."""
+    blob = node.get("Literal", {}).get("Scalar", {}).get("List") if isinstance(node.get("Literal"), dict) else None
+    if not isinstance(blob, list):
+        return None
+    table = pa.ipc.open_stream(bytes(blob)).read_all()
+    values = table.column(0).to_pylist()
+    if len(values) != 1 or not isinstance(values[0], list) or any(v is None for v in values[0]):
+        return None
+    return values[0]
+
+
+def to_polars(table: Table, columns: Sequence[str] | None = None, filter: Predicate | None = None,
+              snapshot_id: int | None = None, tag: str | None = None) -> pl.DataFrame:
+    """The rows as one Polars DataFrame (eager), from the Arrow stream without copies."""
+    import polars as pl
+
+    frame = pl.from_arrow(ArrowScan(table, columns, filter, snapshot_id, tag).to_arrow())
+    assert isinstance(frame, pl.DataFrame)
+    return frame
