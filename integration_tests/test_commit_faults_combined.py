@@ -25,6 +25,8 @@ from __future__ import annotations
 import functools
 import multiprocessing as mp
 import random
+import socket
+import time
 import traceback
 import uuid
 from collections import Counter
@@ -42,6 +44,7 @@ from test_faults import (
     ROWS,
     Network,
     actual,
+    address,
     assert_no_failures,
     batch,
     check_snapshots,
@@ -261,3 +264,77 @@ def test_lock_times_out_between_append_and_compact(minio: Service, postgres: Ser
         proxied.get_table("db.t").write(batch(kind, 0, 3), commit_user="writer-0", identifier=3)
         assert actual(kind, load(net.warehouse, net.direct, "db.t")) == expected(kind, {0: [1, 2, 3]})
         proxied.close()
+
+
+# -- the Paimon REST server's catalog fails right after a commit ------------------------------------
+REST_TOKEN = "faults-paimon-rest"
+REST_FIELDS = [{"name": "id", "type": "BIGINT"}, {"name": "v", "type": "STRING"}]
+OUTAGE_SECONDS = 2.0
+JOB_RUNS = 5  # runs of the batch job a scheduler allows
+
+
+def cut_database_then_mirror(net: Network) -> Callable[[Any], None]:
+    """The REST server's work after a published commit, preceded by an outage of its PostgreSQL
+    proxy (connections cut, new ones refused for OUTAGE_SECONDS); it returns or raises once the
+    database is reachable again, so that only this step meets the outage."""
+    from strata_platform.paimon_rest.catalog import mirror_after_commit
+
+    def after_commit(table: Any) -> None:
+        net.pg.begin_outage(OUTAGE_SECONDS)
+        try:
+            mirror_after_commit(table)
+        finally:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    socket.create_connection(address(net.pg.endpoint), timeout=5).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "the database proxy did not come back"
+                    time.sleep(0.1)
+    return after_commit
+
+
+def commit_errors(server: Any) -> int:
+    """Commit requests the REST server answered with a 5xx."""
+    return int(sum(sample.value for metric in server.metrics.registry.collect() for sample in metric.samples
+                   if sample.name.endswith("_requests_total") and "commit" in sample.labels.get("endpoint", "")
+                   and sample.labels.get("status", "").startswith("5")))
+
+
+def test_paimon_rest_commit_succeeds_when_its_catalog_fails_after_publishing(minio: Service,
+                                                                            postgres: Service) -> None:
+    """A Java batch job appends through Strata's Paimon REST server, whose PostgreSQL (through the
+    proxy) goes away right after the job's snapshot is published: the job is told success, and a
+    scheduler that re-runs failed jobs does not write its rows twice."""
+    from strata_platform.paimon_rest import PaimonRestCatalog, start
+    from strata_platform.services.paimon_java import JudgeError, JudgeSession
+
+    with network("rest", "conditional-put", minio, postgres, s3_faults=QUIET, pg_faults=QUIET) as net:
+        catalog = strata.load_catalog(net.warehouse, **net.proxied)
+        catalog.create_database("db")
+        rest = PaimonRestCatalog(catalog, prefix="faults", after_commit=cut_database_then_mirror(net))
+        server = start(rest, port=0, token=REST_TOKEN)
+        client = {"metastore": "rest", "uri": f"http://127.0.0.1:{server.server_port}", "token.provider": "bear",
+                  "token": REST_TOKEN, "warehouse": "faults", "s3.endpoint": net.direct["s3.endpoint"],
+                  "s3.access-key": net.direct["s3.access-key"], "s3.secret-key": net.direct["s3.secret-key"],
+                  "s3.path.style.access": "true"}
+        rows = [{"id": i, "v": f"row-{i}"} for i in range(ROWS)]
+        failures: list[str] = []
+        try:
+            with JudgeSession(client) as java:
+                java.call("write", spec=[{"table": "db.events", "fields": REST_FIELDS, "commits": []}])
+                for _ in range(JOB_RUNS):  # the batch job, run again by its scheduler until it succeeds
+                    try:
+                        java.call("write", spec=[{"table": "db.events", "commits": [{"rows": rows}]}])
+                        break
+                    except JudgeError as exc:
+                        failures.append(str(exc)[:300])
+        finally:
+            server.shutdown()
+            server.server_close()
+        print(f"\nrest: injected {net.injected()}; failed runs {failures}")
+        assert net.injected()["pg"]["outage"] == 1, net.injected()
+        assert not failures and not commit_errors(server), (failures, commit_errors(server))
+        ids = load(net.warehouse, net.direct, "db.events").to_arrow(columns=["id"]).column("id").to_pylist()
+        assert Counter(ids) == Counter(range(ROWS)), f"rows after {len(failures) + 1} runs: {sorted(ids)}"
