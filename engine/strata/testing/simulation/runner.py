@@ -54,6 +54,16 @@ class Scenario:
         spec = random_spec(rng)
         return spec, random_ops(rng, spec, self.steps)
 
+    def world(self, warehouse: str) -> Any:
+        """The concurrency world of this seed (its own random stream, so that the table and the
+        operations stay what they are without it): faults for half the seeds."""
+        from strata.testing.simulation.concurrency import World
+        from strata.testing.simulation.faults import FaultConfig
+
+        rng = random.Random(f"faults:{self.seed}")
+        faults = FaultConfig.random(rng) if rng.random() < 0.5 else FaultConfig()
+        return World(self.seed, warehouse, faults)
+
     def keeping(self, indices: Sequence[int]) -> Scenario:
         return Scenario(self.seed, self.steps, tuple(indices))
 
@@ -102,11 +112,20 @@ def run(scenario: Scenario, keep_dir: bool = False) -> RunResult:
 def _run_in(scenario: Scenario, warehouse: str, result: RunResult) -> None:
     spec = scenario.spec()
     try:
-        ctx = _create(spec, warehouse)
+        ctx = _create(spec, warehouse, scenario.world(warehouse))
     except Exception as exc:  # a generated table must be accepted
         result.failure = _failure(-1, "create_table", exc)
         return
-    result.counters.update({f"table:{'primary' if spec.primary_keys else 'append'}": 1})
+    ctx.counters = result.counters
+    try:
+        _run_ops(scenario, ctx, result)
+    finally:
+        if ctx.world is not None:
+            result.counters.update({k if ":" in k else f"fault:{k}": v for k, v in ctx.world.counters.items()})
+
+
+def _run_ops(scenario: Scenario, ctx: Context, result: RunResult) -> None:
+    result.counters.update({f"table:{'primary' if ctx.spec.primary_keys else 'append'}": 1})
     ops = scenario.ops()
     for n, (index, op) in enumerate(ops):
         try:
@@ -120,10 +139,10 @@ def _run_in(scenario: Scenario, warehouse: str, result: RunResult) -> None:
             result.steps_run += 1
 
 
-def _create(spec: TableSpec, warehouse: str) -> Context:
+def _create(spec: TableSpec, warehouse: str, world: Any) -> Context:
     import strata
 
-    catalog = strata.load_catalog(warehouse)
+    catalog = strata.load_catalog(warehouse) if world is None else world.catalog(None)
     catalog.create_database("sim", ignore_if_exists=True)
     table = catalog.create_table(TABLE, spec.arrow_schema(), partition_keys=list(spec.partition_keys),
                                  primary_keys=list(spec.primary_keys), options=spec.options)
@@ -131,7 +150,7 @@ def _create(spec: TableSpec, warehouse: str) -> Context:
                        spec.partition_keys, spec.merge_engine,
                        sum_column="n" if spec.merge_engine == "aggregation" else None,
                        level0_hidden=_level0_hidden(spec))
-    return Context(catalog, table, spec, model)
+    return Context(catalog, table, spec, model, world=world)
 
 
 def _level0_hidden(spec: TableSpec) -> bool:
@@ -143,7 +162,8 @@ def _level0_hidden(spec: TableSpec) -> bool:
 def _check(ctx: Context, op: Op, last: bool, counters: Counter[str]) -> None:
     """The readers and invariants after a step (their randomness follows the op's seed)."""
     rng = random.Random(op["seed"] ^ 0x5BD1E995)
-    sync_snapshots(ctx.table, ctx.model)
+    sync_snapshots(ctx.table, ctx.model, ctx.intermediate_unchecked)
+    ctx.intermediate_unchecked = False
     counters[f"read:{check_latest(ctx.table, ctx.model, rng)}"] += 1
     every = last or op["op"] in MAINTENANCE
     counters["read:time_travel"] += check_references(ctx.table, ctx.model, rng, every)
