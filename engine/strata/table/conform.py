@@ -168,10 +168,27 @@ def deletion_keys(data: pa.Table, schema: TableSchema, where: str) -> pa.Table:
 
 
 def _filler(arrow_type: pa.DataType, nullable: bool, rows: int) -> pa.Array:
-    nulls = pa.nulls(rows, arrow_type)
-    if nullable or pa.types.is_nested(arrow_type):
-        return nulls
-    return nulls.fill_null(_zero(arrow_type))
+    """`rows` values of a column a deletion leaves out: null, or for a NOT NULL column the type's
+    empty value (zero, "", an empty ARRAY or MAP, a ROW of its fields' fillers), since the writer
+    refuses nulls there."""
+    if nullable:
+        return pa.nulls(rows, arrow_type)
+    if pa.types.is_struct(arrow_type):
+        children = [_filler(child.type, child.nullable, rows) for child in arrow_type]
+        return pa.StructArray.from_arrays(children, fields=list(arrow_type))
+    if pa.types.is_map(arrow_type):
+        offsets = pa.array(np.zeros(rows + 1, dtype=np.int32))
+        return pa.MapArray.from_arrays(offsets, pa.array([], arrow_type.key_type), pa.array([], arrow_type.item_type),
+                                       type=arrow_type)
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        width = np.int64 if pa.types.is_large_list(arrow_type) else np.int32
+        offsets = pa.array(np.zeros(rows + 1, dtype=width))
+        return type(pa.array([], arrow_type)).from_arrays(offsets, pa.array([], arrow_type.value_type),
+                                                          type=arrow_type)
+    if pa.types.is_fixed_size_list(arrow_type):
+        values = _filler(arrow_type.value_type, arrow_type.value_field.nullable, rows * arrow_type.list_size)
+        return pa.FixedSizeListArray.from_arrays(values, type=arrow_type)
+    return pa.nulls(rows, arrow_type).fill_null(_zero(arrow_type))
 
 
 def _zero(arrow_type: pa.DataType) -> pa.Scalar:

@@ -23,12 +23,24 @@ KNOWN_FAILURES = {
     8: (40, (6,), "write(mode='overwrite') on a primary-key table with deletion vectors publishes one "
                   "OVERWRITE snapshot whose rows sit in level 0, which batch reads skip: the table reads "
                   "empty (also first-row tables)"),
-    11: (40, (0, 2), "Table.delete(keys) on a table with a NOT NULL ARRAY/MAP column fails: the filler of "
-                     "the missing columns is null for nested types (strata.table.conform._filler)"),
     34: (40, (1, 3, 8), "changelog-producer=full-compaction on a table with a MAP (or ROW of LIST) column: "
                         "the compaction's changelog joins rows with Arrow's hash join, which refuses nested "
                         "non-key columns (strata.mergetree.merge_reader.ChangelogSink.add): ArrowInvalid"),
 }
+
+
+# seed -> (steps, the shrunk operations, the bug it found, since fixed): each replays its shrunk sequence
+REGRESSIONS = {
+    11: (40, (0, 2), "Table.delete(keys) on a table with a NOT NULL ARRAY/MAP column failed: the filler of "
+                     "the missing columns was null for nested types (strata.table.conform._filler)"),
+}
+
+
+@pytest.mark.parametrize("seed", sorted(REGRESSIONS))
+def test_regression_seed_passes(seed: int) -> None:
+    steps, only, bug = REGRESSIONS[seed]
+    result = run(Scenario(seed, steps, only))
+    assert result.failure is None, f"regression of: {bug}\n{describe(result)}"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
