@@ -117,11 +117,10 @@ def _conjuncts(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _translate(node: dict[str, Any], schema: TableSchema, types: dict[str, pa.DataType]) -> Predicate | None:
     """The Strata predicate, bound to `schema`, selecting exactly the rows `node` selects, or None."""
-    predicate = _node(node, types)
     try:
-        return bind(predicate, schema)
-    except (FilterError, ValueError, TypeError, pa.ArrowException):
-        return None  # e.g. a literal of another type: Polars decides
+        return bind(_node(node, types), schema)
+    except (FilterError, ValueError, TypeError, KeyError, IndexError, pa.ArrowException):
+        return None  # a form this reader does not know, a literal of another type: Polars decides
 
 
 def _node(node: dict[str, Any], types: dict[str, pa.DataType]) -> Predicate | None:
@@ -132,7 +131,7 @@ def _node(node: dict[str, Any], types: dict[str, pa.DataType]) -> Predicate | No
         return None
     spec, inputs = function["function"], function["input"]
     kind = spec.get("Boolean") if isinstance(spec, dict) else None
-    if kind in _NULL_CHECKS and "Column" in inputs[0]:
+    if isinstance(kind, str) and kind in _NULL_CHECKS and "Column" in inputs[0]:
         return Leaf(inputs[0]["Column"], _NULL_CHECKS[kind]) if inputs[0]["Column"] in types else None
     if kind == "Not":
         child = _node(inputs[0], types)
