@@ -15,14 +15,14 @@ def add_iceberg_commands(sub: Any) -> None:
     p = sub.add_parser("iceberg", help="the table's Iceberg-compatible metadata (metadata.iceberg.storage)")
     iceberg_sub = p.add_subparsers(dest="iceberg_command", required=True, metavar="WHAT")
     s = iceberg_sub.add_parser("sync", help="publish the metadata of the latest snapshot (catches up a failed sync)")
-    s.add_argument("table")
+    s.add_argument("table", help="the table, DB.TABLE")
     s.set_defaults(func=cmd_iceberg_sync)
     s = iceberg_sub.add_parser("status", help="how far the Iceberg metadata is behind the table, and why")
-    s.add_argument("table")
+    s.add_argument("table", help="the table, DB.TABLE")
     s.set_defaults(func=cmd_iceberg_status)
     s = iceberg_sub.add_parser("stats", help="compute NDV statistics (Puffin theta sketches) of the published "
                                               "snapshot, for Trino's cost-based optimizer")
-    s.add_argument("table")
+    s.add_argument("table", help="the table, DB.TABLE")
     s.set_defaults(func=cmd_iceberg_stats)
 
 

@@ -13,7 +13,7 @@ from strata.cli.output import format_size, format_table, format_time
 
 def add_maintenance_commands(sub: Any) -> None:
     p = sub.add_parser("expire-snapshots", help="expire snapshots (by the table's retention options or these)")
-    p.add_argument("table")
+    p.add_argument("table", help="the table, DB.TABLE")
     p.add_argument("--retain-min", type=int, default=None, help="snapshot.num-retained.min")
     p.add_argument("--retain-max", type=int, default=None, help="snapshot.num-retained.max")
     p.add_argument("--older-than", default=None, metavar="DURATION",
@@ -22,15 +22,17 @@ def add_maintenance_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_expire_snapshots)
 
     p = sub.add_parser("expire-partitions", help="drop partitions older than the expiration time")
-    p.add_argument("table")
+    p.add_argument("table", help="the table, DB.TABLE")
     p.add_argument("--expiration-time", default=None, metavar="DURATION",
                    help="default: the table's partition.expiration-time")
-    p.add_argument("--strategy", choices=["values-time", "update-time"], default=None)
+    p.add_argument("--strategy", choices=["values-time", "update-time"], default=None,
+                   help="partition time from its values or from its files' creation time "
+                        "(default: the table's partition.expiration-strategy)")
     p.add_argument("--dry-run", action="store_true", help="only list what would be dropped")
     p.set_defaults(func=cmd_expire_partitions)
 
     p = sub.add_parser("remove-orphan-files", help="delete files no snapshot or tag references")
-    p.add_argument("table")
+    p.add_argument("table", help="the table, DB.TABLE")
     p.add_argument("--older-than", default=None, metavar="AGE_OR_TIME",
                    help="only files older than this: a duration ('2 d') or a timestamp "
                         "('2024-05-01 12:00:00'); default 1 day")
@@ -38,28 +40,28 @@ def add_maintenance_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_remove_orphan_files)
 
     p = sub.add_parser("create-tag", help="tag a snapshot (default: the latest)")
-    p.add_argument("table")
-    p.add_argument("name")
+    p.add_argument("table", help="the table, DB.TABLE")
+    p.add_argument("name", help="the tag's name")
     p.add_argument("--snapshot", type=int, default=None, help="snapshot id")
     p.add_argument("--time-retained", default=None, metavar="DURATION", help="e.g. '7 d'")
     p.set_defaults(func=cmd_create_tag)
 
     p = sub.add_parser("delete-tag", help="delete a tag (and the files only it kept)")
-    p.add_argument("table")
-    p.add_argument("name")
+    p.add_argument("table", help="the table, DB.TABLE")
+    p.add_argument("name", help="the tag to delete")
     p.set_defaults(func=cmd_delete_tag)
 
     p = sub.add_parser("tags", help="the tags of a table")
-    p.add_argument("table")
+    p.add_argument("table", help="the table, DB.TABLE")
     p.set_defaults(func=cmd_tags)
 
     p = sub.add_parser("rollback", help="roll a table back to a snapshot id or a tag (stop its writers first)")
-    p.add_argument("table")
+    p.add_argument("table", help="the table, DB.TABLE")
     p.add_argument("target", help="snapshot id or tag name")
     p.set_defaults(func=cmd_rollback)
 
     p = sub.add_parser("consumers", help="list, reset, delete or clear the consumers of a table")
-    p.add_argument("table")
+    p.add_argument("table", help="the table, DB.TABLE")
     p.add_argument("--reset", default=None, metavar="ID=NEXT_SNAPSHOT", help="create or move a consumer")
     p.add_argument("--delete", default=None, metavar="ID", help="delete a consumer")
     p.add_argument("--clear", action="store_true", help="delete the consumers matching --including")

@@ -21,7 +21,7 @@ from strata.table.table import Table
 
 def add_table_commands(sub: Any) -> None:
     p = sub.add_parser("create-database", help="create a database")
-    p.add_argument("name")
+    p.add_argument("name", help="the database's name")
     p.add_argument("--if-not-exists", action="store_true", help="no error if it exists")
     p.set_defaults(func=cmd_create_database)
 
@@ -36,24 +36,24 @@ def add_table_commands(sub: Any) -> None:
     p.add_argument("--partition", default="", help="comma-separated partition columns")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="table option (repeatable), e.g. bucket=4")
-    p.add_argument("--comment", default=None)
+    p.add_argument("--comment", default=None, help="the table's comment")
     p.add_argument("--if-not-exists", action="store_true", help="no error if it exists")
     p.set_defaults(func=cmd_create_table)
 
     p = sub.add_parser("list-tables", help="list the tables of a database (or of every database)")
-    p.add_argument("database", nargs="?")
+    p.add_argument("database", nargs="?", help="the database (default: every database)")
     p.set_defaults(func=cmd_list_tables)
 
     p = sub.add_parser("describe", help="columns, keys, options, latest snapshot and file counts")
-    p.add_argument("table")
+    p.add_argument("table", help="the table, DB.TABLE")
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("snapshots", help="the snapshots of a table")
-    p.add_argument("table")
+    p.add_argument("table", help="the table, DB.TABLE")
     p.set_defaults(func=cmd_snapshots)
 
     p = sub.add_parser("files", help="the live data files of a table")
-    p.add_argument("table")
+    p.add_argument("table", help="the table, DB.TABLE")
     p.add_argument("--snapshot", type=int, default=None, help="snapshot id (default: latest)")
     p.set_defaults(func=cmd_files)
 
@@ -67,19 +67,21 @@ def add_table_commands(sub: Any) -> None:
                         "col IN (1, 2), col IS [NOT] NULL, col LIKE 'pre%%'")
     p.add_argument("--snapshot", type=int, default=None, help="read as of this snapshot id")
     p.add_argument("--limit", type=int, default=None, help="at most N rows")
-    p.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
+    p.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table",
+                   help="output format (parquet needs --output)")
     p.add_argument("--output", default=None, help="file to write (default: stdout)")
     p.set_defaults(func=cmd_read)
 
     p = sub.add_parser("write", help="write a Parquet or CSV file into a table")
-    p.add_argument("table")
+    p.add_argument("table", help="the table, DB.TABLE")
     p.add_argument("--input", required=True, help="a .parquet or .csv file")
-    p.add_argument("--mode", choices=["append", "overwrite", "overwrite-dynamic"], default="append")
+    p.add_argument("--mode", choices=["append", "overwrite", "overwrite-dynamic"], default="append",
+                   help="append rows, overwrite the table, or overwrite only the partitions the input has")
     p.set_defaults(func=cmd_write)
 
     p = sub.add_parser("delete", help="delete the rows matching --where (append tables need deletion vectors: "
                                       "rows are marked, not rewritten; primary-key tables delete by key)")
-    p.add_argument("table")
+    p.add_argument("table", help="the table, DB.TABLE")
     p.add_argument("--where", required=True,
                    help="the rows to delete, as read's --where: col = 1 AND col2 BETWEEN 'a' AND 'c', ...")
     p.set_defaults(func=cmd_delete)
