@@ -13,7 +13,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-fast test-integration simulate bench lint format services-install services-up services-down services-check images compose-up compose-down trino-shell tpch helm-check clean
+.PHONY: help venv demo test test-fast test-integration simulate bench bench-report docs lint format services-install services-up services-down services-check images compose-up compose-down trino-shell tpch helm-check clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -21,7 +21,7 @@ help: ## List the targets
 $(STAMP): engine/pyproject.toml platform/pyproject.toml
 	$(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e 'engine[all,dev]' -e platform
+	$(PY) -m pip install -q -e 'engine[all,dev]' -e 'platform[docs]'
 	$(PY) -m compileall -q engine/strata platform/strata_platform > /dev/null
 	touch $@
 
@@ -60,6 +60,7 @@ test: ## Everything: lint, unit tests, integration tests against real services
 	@rm -rf $(RUN_DIR) && mkdir -p $(RUN_DIR) && echo "began $$(date +%s.%N)" > $(RUN_DIR)/phases
 	@$(MAKE) --no-print-directory venv && $(RUN) mark venv
 	@$(MAKE) --no-print-directory lint || $(RUN) fail lint
+	@$(MAKE) --no-print-directory docs || $(RUN) fail docs
 	@$(RUN) mark lint
 	@$(RUN) spawn kubernetes-build $(BACKGROUND) $(SERVICES_CLI) install kubernetes
 	$(SERVICES_CLI) install $(ENGINE_SERVICES) || $(RUN) fail install
@@ -97,6 +98,12 @@ BENCH_SERVICES := minio postgres kafka iceberg_rest trino
 bench: $(STAMP) ## Benchmarks vs raw pyarrow, incl. MinIO/Kafka/Spark ones; writes build/bench.json (ONLY=W1,W3 for a subset)
 	$(SERVICES_CLI) install $(BENCH_SERVICES)
 	$(SERVICES_CLI) run $(BENCH_SERVICES) -- $(PY) -m strata.bench --out build/bench.json $(if $(ONLY),--only $(ONLY),)
+
+bench-report: $(STAMP) ## The benchmark page's results and plots (docs/benchmarks) from build/bench.json
+	$(PY) -m strata_platform.bench_report build/bench.json
+
+docs: $(STAMP) ## Build the docs site into build/site (strict: a broken link or an undocumented option fails)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 lint: $(STAMP) ## ruff, mypy and the import contract (layers of engine/strata, pyproject.toml)
 	$(VENV)/bin/ruff check engine platform integration_tests
