@@ -103,7 +103,7 @@ bench-report: $(STAMP) ## The benchmark page's results and plots (docs/benchmark
 	$(PY) -m strata_platform.bench_report build/bench.json
 
 docs: $(STAMP) ## Build the docs site into build/site (strict: a broken link or an undocumented option fails)
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 lint: $(STAMP) ## ruff, mypy and the import contract (layers of engine/strata, pyproject.toml)
 	$(VENV)/bin/ruff check engine platform integration_tests
