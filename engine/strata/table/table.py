@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from strata.operation.orphan import OrphanResult
     from strata.operation.rollback import RollbackResult
     from strata.schema.evolution import SchemaChange
+    from strata.stream import ChangeStream
 
 
 class TableCatalog(Protocol):
@@ -259,6 +260,16 @@ class Table:
         from strata.duckdb import register
 
         return register(self, con, name, snapshot_id, tag)
+
+    def stream(self, from_snapshot: int | None = None, consumer_id: str | None = None,
+               columns: Sequence[str] | None = None, poll_interval: float = 1.0,
+               follow: bool = True) -> ChangeStream:
+        """The table's changes as batches with a `_ROW_KIND` column, following new snapshots
+        (strata.stream.ChangeStream); `consumer_id` saves the position, and expiry keeps what it
+        has not read; `follow=False` ends at the latest snapshot."""
+        from strata.stream import ChangeStream
+
+        return ChangeStream(self.store, from_snapshot, consumer_id, columns, poll_interval, follow)
 
     def read_incremental(self, start_exclusive: int, end_inclusive: int,
                          columns: Sequence[str] | None = None) -> pa.Table:
