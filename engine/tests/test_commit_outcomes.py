@@ -26,11 +26,14 @@ from strata import metrics
 from strata.catalog import lock as lock_module
 from strata.catalog.filesystem import FileSystemCatalog
 from strata.catalog.jdbc import JdbcCatalog
-from strata.catalog.lock import JdbcLock
-from strata.errors import CommitStateUnknownError
+from strata.catalog.lock import JdbcLock, LockAcquireTimeoutError
+from strata.errors import CommitStateUnknownError, CorruptMetadataError, OptionError, SnapshotNotFoundError
 from strata.fs import file_io as file_io_module
 from strata.fs.file_io import LocalFileIO
 from strata.operation.callbacks import CommitCallback
+from strata.operation.commit import CommitResult
+from strata.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
+from strata.snapshot.snapshot_manager import SnapshotManager
 from strata.table.table import Table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
@@ -547,6 +550,223 @@ def test_merged_hash_index_files_are_deleted_only_after_a_definite_outcome(mode:
     assert not any(os.path.exists(p) for p in more_files)
     assert ids(reopened(table)) == [0, 1, 2, 10, 11, 12, 20, 21]
     assert_every_snapshot_readable(table)
+
+
+# -- two jobs with one commit user -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("identifier", [7, BATCH_COMMIT_IDENTIFIER], ids=["same-identifier", "batch"])
+def test_job_that_loses_its_snapshot_id_to_a_job_of_the_same_user_commits_its_own_rows(
+        mode: str, table: Table, identifier: int) -> None:
+    """Jobs A and B share a commit user and an identifier. B publishes snapshot 2 between A's
+    build and A's publish, so A's attempt at 2 is definitely lost and A retries. Before, the retry
+    took B's snapshot 2 (same user, identifier and kind) as its own: A reported success with B's
+    snapshot and A's rows were never committed."""
+    table.write(data(range(3)))
+    job_a, job_b = table, reopened(table)
+    commit_a = job_a.new_commit("job")
+    a_messages, b_messages = prepare(job_a, data([10, 11, 12])), prepare(job_b, data([20, 21]))
+    inner, b_results = commit_a._commit.publish, list[CommitResult]()
+
+    def b_publishes_first(manager, snapshot) -> bool:
+        if not b_results:
+            b_results.append(job_b.new_commit("job").commit(b_messages, identifier=identifier))
+        return inner(manager, snapshot)
+
+    commit_a._commit.publish = b_publishes_first
+    result = commit_a.commit(a_messages, identifier=identifier)
+    assert b_results[0].snapshot_ids == [2]
+    assert result.snapshot_ids == [3] and result.attempts == 2
+    assert ids(reopened(table)) == [0, 1, 2, 10, 11, 12, 20, 21]
+    assert table.to_arrow(snapshot_id=3).num_rows - table.to_arrow(snapshot_id=2).num_rows == 3  # A's rows
+    assert_every_snapshot_readable(table)
+
+
+@pytest.mark.parametrize("mode", ["atomic"])  # the race is the same under the lock (see the test above)
+def test_spark_like_jobs_with_one_commit_user_and_no_identifier_lose_no_batch(mode: str, table: Table,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two batch jobs with the option commit-user set and no commit-identifier (every batch
+    commits with the same identifier) write at once; B's snapshot lands between A's build and
+    A's write. Both batches must be in the table, each job's result naming its own snapshot."""
+    table.write(data(range(3)))
+    job_a, job_b = table, reopened(table)
+    publish, b_results = SnapshotManager.publish, list[CommitResult | None]()
+
+    def b_lands_first(manager: SnapshotManager, snapshot: Snapshot) -> bool:
+        if not b_results:
+            b_results.append(None)  # B's own publish goes straight through
+            b_results[0] = job_b.write(data([20, 21]), commit_user="etl")
+        return publish(manager, snapshot)
+
+    monkeypatch.setattr(SnapshotManager, "publish", b_lands_first)
+    result = job_a.write(data([10, 11, 12]), commit_user="etl")
+    assert b_results[0] is not None and b_results[0].snapshot_ids == [2] and result.snapshot_ids == [3]
+    assert ids(reopened(table)) == [0, 1, 2, 10, 11, 12, 20, 21]
+    assert [s.delta_record_count for s in reopened(table).snapshots()] == [3, 2, 3]
+
+
+def test_late_landing_is_recognised_by_the_attempt_not_by_the_user(table: Table) -> None:
+    """A's first attempt at snapshot 2 is ambiguous and read back absent; then job B, of the same
+    commit user and identifier, publishes 2. A's delayed write can no longer land at 2: A must
+    not take B's snapshot for its late landing, and commits its rows as snapshot 3."""
+    table.write(data(range(3)))
+    job_b = reopened(table)
+    commit_a = table.new_commit("job")
+    inner, calls = commit_a._commit.publish, list[int]()
+    b_messages = prepare(job_b, data([20]))
+
+    def ambiguous_then_b(manager, snapshot) -> bool:
+        calls.append(snapshot.id)
+        if len(calls) == 1:
+            job_b.new_commit("job").commit(b_messages, identifier=5)  # B lands at 2 meanwhile
+            raise OSError("injected: timed out; the request never arrives")
+        return inner(manager, snapshot)
+
+    commit_a._commit.publish = ambiguous_then_b
+    result = commit_a.commit(prepare(table, data([10])), identifier=5)
+    assert calls == [2, 3] and result.snapshot_ids == [3] and result.read_backs == 1
+    assert ids(reopened(table)) == [0, 1, 2, 10, 20]
+
+
+# -- an ambiguous last attempt ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["atomic"])  # under the lock the same bytes are put again before the release
+def test_ambiguous_last_attempt_read_back_as_absent_is_unknown(table: Table, io: FaultyIO) -> None:
+    """Every attempt's snapshot write fails ambiguously and is read back absent: a delayed write
+    could still land, so the outcome is unknown (before: "failed, nothing published"), and every
+    file is kept. A replay settles it."""
+    table.write(data(range(3)))
+    table = table.set_options(**{"commit.max-retries": "1"})
+    io.arm(Fault("write_new", SNAPSHOT_2, "before", times=2))
+    with pytest.raises(CommitStateUnknownError, match="absent when read back"):
+        table.new_commit("job").commit(prepare(table, data([10])), identifier=3)
+    assert io.deleted == []
+    again = reopened(table)
+    assert again.new_commit("job").commit(prepare(again, data([10])), identifier=3).snapshot_ids == [2]
+    assert ids(reopened(table)) == [0, 1, 2, 10]
+
+
+@pytest.mark.parametrize("mode", ["atomic"])
+def test_sort_compaction_keeps_its_files_after_an_unknown_outcome(io: FaultyIO, tmp_path: Path) -> None:
+    """A sort compaction whose snapshot write stays ambiguous must not delete the files it wrote:
+    its snapshot may still land and name them. Before, CommitFailedError made it delete them."""
+    catalog = open_catalog("atomic", tmp_path, io)
+    table = catalog.create_table("db.a", SCHEMA, options={"bucket": "-1", "commit.min-retry-wait": "1 ms",
+                                                          "commit.max-retries": "1"})
+    table.write(data([5, 3]))
+    table.write(data([4, 1]))
+    before = data_files(table)
+    io.arm(Fault("write_new", r"/snapshot/snapshot-3$", "before", times=2))
+    with pytest.raises(CommitStateUnknownError):
+        table.compact(sort_by=["id"])
+    written = data_files(table) - before
+    assert written and not any(path in io.deleted for path in written)
+
+
+def data_files(table: Table) -> set[str]:
+    return {os.path.join(d, f) for d, _, files in os.walk(table.path) for f in files
+            if f.startswith("data-") and "/bucket-" in d}
+
+
+# -- the replay cache ----------------------------------------------------------------------------------------
+
+def test_replay_of_a_rolled_back_identifier_is_committed_after_other_commits(table: Table) -> None:
+    """A job commits identifiers 1..3; the table is rolled back to 1; other jobs then commit until
+    the table is past where the job's committer last looked. The job's replay of identifier 2 must
+    be committed: its snapshot is gone. Before, the committer's remembered answer (3) survived the
+    rollback and the replay was skipped, so batch 2 was lost."""
+    commit = table.new_commit("job")
+    for identifier in (1, 2, 3):
+        commit.commit(prepare(table, data([identifier])), identifier=identifier)
+    assert commit.last_committed_identifier() == 3
+    table.rollback_to(1)
+    for i in range(3):
+        reopened(table).write(data([100 + i]))
+    result = commit.commit(prepare(table, data([2])), identifier=2)
+    assert not result.skipped_as_duplicate and result.snapshot_ids == [5]
+    assert ids(reopened(table)) == [1, 2, 100, 101, 102]
+    assert commit.commit(prepare(table, data([2])), identifier=2).skipped_as_duplicate
+
+
+# -- a compaction after its published batch ------------------------------------------------------------------
+
+def dynamic_bucket_commit(table: Table) -> list:
+    """Two writers of one bucket of a dynamic-bucket table (the committer merges their hash index
+    files) and a compaction, in one commit."""
+    with table.new_write() as writer:
+        writer.write_arrow(data([10, 11]))
+        writer.compact(full=True)
+        first = writer.prepare_commit(wait_compaction=True)
+    messages = first + prepare(table, data([12]))
+    assert any(m.compact_after for m in messages)
+    assert len([e for m in messages for e in m.index_changes if e.index_type == "HASH" and e.kind.name == "ADD"]) == 2
+    return messages
+
+
+def assert_latest_snapshot_files_exist(table: Table) -> None:
+    """Every file the latest snapshot names: manifest lists, manifests, data and index files."""
+    table = reopened(table)
+    snap = table.latest_snapshot()
+    assert snap is not None
+    assert_every_snapshot_readable(table)
+    for entry in table.new_scan().plan_entries():
+        assert os.path.exists(f"{table.path}/bucket-{entry.bucket}/{entry.file.file_name}")
+    for entry in table.manifest_store.read_index_manifest(snap.index_manifest):
+        assert os.path.exists(f"{table.path}/index/{entry.file_name}"), f"{entry.file_name} was deleted"
+
+
+@pytest.mark.parametrize("mode", ["lock"])
+def test_lock_timeout_of_the_compaction_after_its_published_batch(mode: str, io: FaultyIO, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch's APPEND publishes under the JDBC lock; the lock then times out for the
+    compaction's COMPACT. The batch is durable, so the commit succeeds and says why its compaction
+    is not in. Before, LockAcquireTimeoutError escaped (a retrying job wrote the batch twice) and
+    the merged hash index file that the published snapshot names was deleted."""
+    catalog = open_catalog(mode, tmp_path, io)
+    table = catalog.create_table("db.d", SCHEMA, primary_keys=["id"], options={"bucket": "-1"})
+    table.write(data(range(3)))
+    messages = dynamic_bucket_commit(table)
+    inner, acquired = JdbcLock.acquire, list[str]()
+
+    def acquire(lock: JdbcLock) -> None:
+        acquired.append(lock.lock_id)
+        if len(acquired) == 2:
+            raise LockAcquireTimeoutError(f"could not acquire lock {lock.lock_id!r}: another writer holds it")
+        inner(lock)
+
+    monkeypatch.setattr(JdbcLock, "acquire", acquire)
+    result = table.new_commit("job").commit(messages, identifier=1)
+    assert result.snapshot_ids == [2] and len(acquired) == 2
+    assert result.compaction_failure is not None and "LockAcquireTimeoutError" in result.compaction_failure
+    assert_latest_snapshot_files_exist(table)
+    monkeypatch.setattr(JdbcLock, "acquire", inner)
+    assert table.new_commit("job").commit(prepare(table, data([10])), identifier=1).skipped_as_duplicate
+    reopened(table).write(data([11, 12]))  # the next writer reads the bucket's hash index: an upsert
+    assert ids(reopened(table)) == [0, 1, 2, 10, 11, 12]
+
+
+@pytest.mark.parametrize("error", [OptionError("commit.max-retries: not a number"),
+                                   SnapshotNotFoundError("snapshot 2 not found"),
+                                   CorruptMetadataError("cannot parse snapshot-2: truncated")],
+                         ids=lambda e: type(e).__name__)
+def test_any_error_of_the_compaction_after_its_published_batch_leaves_the_commit_successful(
+        mode: str, io: FaultyIO, tmp_path: Path, error: Exception) -> None:
+    catalog = open_catalog(mode, tmp_path, io)
+    table = catalog.create_table("db.d", SCHEMA, primary_keys=["id"], options={"bucket": "-1"})
+    table.write(data(range(3)))
+    commit = table.new_commit("job")
+    inner, published = commit._commit.publish, list[int]()
+
+    def publish(manager, snapshot) -> bool:
+        if published:
+            raise error
+        published.append(snapshot.id)
+        return inner(manager, snapshot)
+
+    commit._commit.publish = publish
+    result = commit.commit(dynamic_bucket_commit(table), identifier=1)
+    assert result.snapshot_ids == [2] and result.compaction_failure == f"{type(error).__name__}: {error}"
+    assert_latest_snapshot_files_exist(table)
+    assert ids(reopened(table)) == [0, 1, 2, 10, 11, 12]
 
 
 # -- random faults against a model ------------------------------------------------------------------------------

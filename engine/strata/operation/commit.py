@@ -11,7 +11,10 @@ Each publish attempt ends one of three ways (ARCHITECTURE decision 9):
 * not published, definitely: N is another commit's, or the attempt failed before writing; its
   manifest lists are deleted and the commit retries on the new latest snapshot. An attempt whose
   write was ambiguous and whose read-back found N absent keeps its files (a delayed write could
-  still land; orphan cleanup removes them otherwise), and later attempts look for it;
+  still land; orphan cleanup removes them otherwise); later attempts read snapshot N once it
+  exists, and it is ours only if it names that attempt's delta manifest list (a name no other
+  attempt uses: another job with the same commit user and identifier is not us). If such an
+  attempt is still unsettled when the retries run out, the outcome is unknown;
 * unknown: the write was ambiguous and snapshot-N could not be read back either. Nothing is
   deleted and ``CommitStateUnknownError`` says how to resolve it.
 """
@@ -27,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from strata import metrics
-from strata.errors import CommitConflictError, CommitFailedError, CommitStateUnknownError, SnapshotNotFoundError
+from strata.errors import CommitFailedError, CommitStateUnknownError, SnapshotNotFoundError
 from strata.fs import FileIO
 from strata.index.bucket_assigner import HashClaim, MergedIndexFiles, check_hash_claims, merge_bucket_index_files
 from strata.index.hash_index import hash_index_path, read_hashes, write_hash_index
@@ -101,7 +104,10 @@ class FileStoreCommit:
         self.append_vectors = not schema.primary_keys and self.deletion_vectors
         self.metric_table = metrics.table_label(table_path)  # the `table` label; TableCommit gives db.table
         self._attempt_index_manifest: str | None = None  # written by the current attempt
-        self._user_scan: tuple[int, int | None] = (0, None)  # (walked up to, last identifier found)
+        # the replay cache: the snapshot a walk for this user's newest identifier started at, and
+        # the identifier it found (the snapshot is compared again, so a rollback voids the answer)
+        self._user_scan: tuple[Snapshot | None, int | None] = (None, None)
+        self._may_have_published = False  # this call published, or an attempt of it may still land
         self._known_latest: Snapshot | None = None  # the newest snapshot this commit call read or published
         # computes a snapshot's properties from the snapshot it builds on (e.g. the log store's
         # per-bucket offsets, carried forward); None keeps the given properties
@@ -110,7 +116,7 @@ class FileStoreCommit:
     # -- public API --------------------------------------------------------------------------
     def commit(self, messages: Sequence[CommitMessage], identifier: int = BATCH_COMMIT_IDENTIFIER,
                properties: dict[str, str] | None = None, watermark: int | None = None) -> CommitResult:
-        self._known_latest = None
+        self._known_latest, self._may_have_published = None, False
         replay = self.replay_of(identifier)
         if replay is not None:
             return replay
@@ -143,7 +149,7 @@ class FileStoreCommit:
                   identifier: int = BATCH_COMMIT_IDENTIFIER,
                   properties: dict[str, str] | None = None) -> CommitResult:
         """Replace the given partitions (None: the whole table) with the messages' new files."""
-        self._known_latest = None
+        self._known_latest, self._may_have_published = None, False
         replay = self.replay_of(identifier)
         if replay is not None:
             return replay
@@ -177,36 +183,47 @@ class FileStoreCommit:
     def _settling(self, merged: MergedIndexFiles) -> Iterator[None]:
         """Deletes the index files a merge made obsolete, by the commit's outcome: the writers'
         replaced files once it is published (a replay of the original messages is then skipped),
-        the merged files once it definitely is not; after an unknown outcome, none."""
+        the merged files once it definitely is not; after an unknown outcome, none. An error after
+        a snapshot of the commit published (or while an attempt may still land) keeps the merged
+        files: that snapshot names them."""
         try:
             yield
-        except CommitStateUnknownError:
-            raise
         except BaseException:
-            self._delete_quietly(hash_index_path(self.table_path, e) for e in merged.written)
+            if not self._may_have_published:
+                self._delete_quietly(hash_index_path(self.table_path, e) for e in merged.written)
             raise
         self._delete_quietly(hash_index_path(self.table_path, e) for e in merged.replaced)
 
     def last_committed_identifier(self) -> int | None:
         """The newest identifier this commit user published. Walks back from the latest snapshot
         to the first of this user (to the earliest if there is none: a new user costs one read
-        per retained snapshot, once); later calls on this committer read only the snapshots
-        published since (the answer is remembered up to the snapshot it was found at)."""
+        per retained snapshot, once). Later calls on this committer walk only down to the snapshot
+        the previous walk started at and keep its answer if that snapshot is unchanged; a rollback
+        that replaced it (or went below it) voids the answer, and the walk goes on."""
         latest = self.snapshots.latest_id()
         if latest is None:
             return None
-        known_up_to, known = self._user_scan
-        if latest < known_up_to:  # rolled back below what we walked: walk again
-            known_up_to, known = 0, None
         earliest = self.snapshots.earliest_id() or 1
-        found = known
-        for snap in self.snapshots.newest_first(latest, max(known_up_to, earliest - 1)):
-            if snap.id == latest:
-                self._known_latest = snap  # the commit that follows builds on it
+        walked, known = self._user_scan
+        if walked is None or walked.id > latest:  # nothing remembered, or rolled back below it
+            walked, known = None, None
+        # an expired start snapshot cannot be compared (nor replaced): its answer stands
+        stop = walked.id - 1 if walked is not None and walked.id >= earliest else earliest - 1
+        head, found, voided = None, known, False
+        for snap in self.snapshots.newest_first(latest, stop):
+            head = head or snap
             if snap.commit_user == self.commit_user:
                 found = snap.commit_identifier
                 break
-        self._user_scan = (latest, found)
+            if walked is not None and snap.id == walked.id:
+                voided = snap != walked  # rolled back and committed over since: the answer is void
+                break
+        if voided:
+            found = next((s.commit_identifier for s in self.snapshots.newest_first(stop, earliest - 1)
+                          if s.commit_user == self.commit_user), None)
+        if head is not None and head.id == latest:
+            self._known_latest = head  # the commit that follows builds on it
+        self._user_scan = (head if head is not None and head.id == latest else None, found)
         return found
 
     def replay_of(self, identifier: int) -> CommitResult | None:
@@ -230,9 +247,11 @@ class FileStoreCommit:
         for change in changes:
             try:
                 self._commit_change(change, identifier, properties, watermark, result)
-            except (CommitConflictError, CommitFailedError, CommitStateUnknownError, OSError) as exc:
-                if not (change.kind == CommitKind.COMPACT and result.snapshot_ids):
+            except Exception as exc:
+                if not result.snapshot_ids:
                     raise
+                # the batch is published: whatever fails after it (a conflict, an unknown outcome,
+                # a lock timeout, a bad option, an unreadable snapshot) must not fail the commit
                 self._abandon_compaction(result, identifier, exc)
         return result
 
@@ -262,20 +281,15 @@ class FileStoreCommit:
         max_wait = int(self.core.get("commit.max-retry-wait"))
         timeout = self.core.get("commit.timeout")
         started = time.monotonic()
-        first_seen: int | None = None
-        seen_latest: int | None = None
-        unsettled = False  # an attempt's write was ambiguous (read back absent): it could still land
+        unsettled: list[Snapshot] = []  # ambiguous attempts read back as absent: each may still land
         last_failure = "snapshot ids kept being taken; there may be commit conflicts between multiple jobs"
         for attempt in range(max_retries + 1):
             result.attempts += 1
-            with self._unknown_on_failure(unsettled, identifier):
+            with self._unknown_on_failure(bool(unsettled), identifier):
                 latest = self.snapshots.latest(self._known_latest if attempt == 0 else None)
-                if attempt > 0:
-                    landed = self._published_meanwhile(seen_latest, latest, identifier, change.kind)
-                    if landed is not None:
-                        return landed
-                seen_latest = latest.id if latest else 0
-                first_seen = seen_latest if first_seen is None else first_seen
+                landed = self._late_landing(unsettled, latest, identifier)
+                if landed is not None:
+                    return landed
                 snapshot = self._build_snapshot(change, delta_metas, latest, identifier, properties, watermark)
             if snapshot is None:
                 return None
@@ -292,16 +306,21 @@ class FileStoreCommit:
             if outcome == _TAKEN:
                 self._cleanup_attempt(snapshot)
             else:
-                unsettled = True
+                unsettled.append(snapshot)
             if timeout is not None and (time.monotonic() - started) * 1000 > timeout:
                 break
             wait = min(max_wait, min_wait * (2 ** attempt)) * (0.5 + random.random())
             time.sleep(wait / 1000)
-        if unsettled:  # a late landing of an ambiguous attempt is ours all the same
-            with self._unknown_on_failure(unsettled, identifier):
-                landed = self._published_meanwhile(first_seen, self.snapshots.latest(), identifier, change.kind)
+        if unsettled:
+            with self._unknown_on_failure(True, identifier):
+                landed = self._late_landing(unsettled, self.snapshots.latest(), identifier)
             if landed is not None:
                 return landed
+        if unsettled:  # an ambiguous write whose id is still free may land yet (a delayed request)
+            raise self._unknown_error(identifier, f"the write of snapshot {unsettled[-1].id} failed ambiguously "
+                                                  "and it was absent when read back; a delayed write may still "
+                                                  "publish it")
+        self._may_have_published = bool(result.snapshot_ids)  # every attempt of this change is settled
         raise CommitFailedError(
             f"commit to {self.table_path} failed after {result.attempts} attempts, nothing published: {last_failure}")
 
@@ -314,21 +333,33 @@ class FileStoreCommit:
         except OSError as exc:
             if not unsettled:
                 raise
-            metrics.commit_state_unknown(self.metric_table)
-            raise CommitStateUnknownError(
-                f"commit to {self.table_path}: an earlier attempt's write was ambiguous and the table cannot be "
-                f"read to learn whether it landed ({exc}). Every file of the commit is kept; read the table again "
-                f"(a snapshot of commit user {self.commit_user!r} with identifier {identifier} means it landed; a "
-                "replay with the same user and identifier is then skipped).") from exc
+            raise self._unknown_error(identifier, f"an earlier attempt's write was ambiguous and the table cannot "
+                                                  f"be read to learn whether it landed ({exc})") from exc
+
+    def _unknown_error(self, identifier: int, why: str) -> CommitStateUnknownError:
+        metrics.commit_state_unknown(self.metric_table)
+        return CommitStateUnknownError(
+            f"commit to {self.table_path}: {why}. Every file of the commit is kept; read the table again (a "
+            f"snapshot of commit user {self.commit_user!r} with identifier {identifier} means it landed; a replay "
+            "with the same user and identifier is then skipped).")
 
     def _publish(self, snapshot: Snapshot, identifier: int, result: CommitResult) -> str:
         """Publish one attempt: _PUBLISHED, _TAKEN (definitely not, and nothing of ours is at N)
         or _NOT_LANDED (an ambiguous write read back as absent or another's). Raises
         CommitStateUnknownError when an ambiguous write cannot be read back."""
         try:
-            return _PUBLISHED if self.publish(self.snapshots, snapshot) else _TAKEN
+            published = self.publish(self.snapshots, snapshot)
         except OSError as exc:
             write_error = exc  # the write may have landed and lost its reply: read it back
+        except BaseException as exc:
+            # an error is raised before the write (a check, the lock): nothing published; an
+            # interrupt may come mid-write
+            self._may_have_published |= not isinstance(exc, Exception)
+            raise
+        else:
+            self._may_have_published |= published
+            return _PUBLISHED if published else _TAKEN
+        self._may_have_published = True  # until the read-back or a later attempt settles it
         result.read_backs += 1
         try:
             landed = self.snapshots.read_back(snapshot)
@@ -359,21 +390,23 @@ class FileStoreCommit:
                 f"commit user {self.commit_user!r} means it landed; {replay}; orphan-file cleanup removes the "
                 "files of a commit that did not land.")
 
-    def _published_meanwhile(self, seen: int | None, latest: Snapshot | None, identifier: int,
-                             kind: str) -> int | None:
-        """After a failed attempt: the id of a snapshot an earlier attempt of ours published
-        after all (seen+1 .. latest), if any (callers make a failed read after an ambiguous
-        write an unknown outcome: _unknown_on_failure)."""
-        if latest is None or seen is None:
-            return None
-        for sid in range(seen + 1, latest.id + 1):
+    def _late_landing(self, unsettled: list[Snapshot], latest: Snapshot | None, identifier: int) -> int | None:
+        """The id at which an ambiguous attempt of this call (`unsettled`) landed after all, if one
+        did. An attempt can only have landed at its own id, and only it names its delta manifest
+        list: one read per attempt whose id is now taken. An attempt whose id another commit took
+        is settled (not ours) and leaves `unsettled`; its files stay for orphan cleanup."""
+        for attempt in list(unsettled):
+            if latest is None or attempt.id > latest.id:
+                continue  # its id is still free: it may yet land
             try:
-                snap = latest if sid == latest.id else self.snapshots.snapshot(sid)
+                found = latest if attempt.id == latest.id else self.snapshots.snapshot(attempt.id)
             except SnapshotNotFoundError:
-                continue  # expired meanwhile
-            if (snap.commit_user == self.commit_user and snap.commit_identifier == identifier
-                    and snap.commit_kind in _KINDS_OF[kind]):
-                return sid
+                raise self._unknown_error(identifier, f"snapshot {attempt.id}, where an ambiguous write of this "
+                                                      "commit may have landed, expired before it could be "
+                                                      "read") from None
+            if found.same_commit(attempt):
+                return attempt.id
+            unsettled.remove(attempt)
         return None
 
     def _build_snapshot(self, change: _Change, delta_metas: list | None, latest: Snapshot | None,
@@ -477,11 +510,6 @@ class FileStoreCommit:
                 self.file_io.delete(path)
             except OSError as exc:
                 log.info("%s: could not delete %s (%s); orphan cleanup removes it", self.table_path, path, exc)
-
-
-# the kinds a change's snapshot may carry (an APPEND that removes rows is published as OVERWRITE)
-_KINDS_OF = {CommitKind.APPEND: (CommitKind.APPEND, CommitKind.OVERWRITE),
-             CommitKind.OVERWRITE: (CommitKind.OVERWRITE,), CommitKind.COMPACT: (CommitKind.COMPACT,)}
 
 
 def key_decoder(schema: TableSchema) -> Callable[[bytes], tuple]:

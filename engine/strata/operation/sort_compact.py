@@ -52,7 +52,8 @@ class SortCompactTask(AppendCompactTask):
 def sort_compact(table: FileStore | HasStore, columns: Sequence[str], new_commit: NewCommit, strategy: str = ORDER,
                  partitions: list[bytes] | None = None, commit_user: str | None = None) -> CommitResult:
     """Sort-compact `partitions` (serialized; None: every partition) and commit one COMPACT
-    snapshot. On failure nothing is committed and the files written so far are deleted."""
+    snapshot. On a failure that surely published nothing, the files written so far are deleted;
+    after an unknown outcome (CommitStateUnknownError) they are kept: the snapshot may yet name them."""
     table = store_of(table)
     columns = check_sort_compaction(table, columns, strategy)
     messages: list[CommitMessage] = []
@@ -67,7 +68,7 @@ def sort_compact(table: FileStore | HasStore, columns: Sequence[str], new_commit
     try:
         return new_commit(commit_user).commit(messages)
     except (CommitConflictError, CommitFailedError):
-        _delete_written(table, messages)  # nothing was published
+        _delete_written(table, messages)  # definitely not published (an unknown outcome raises otherwise)
         raise
 
 
