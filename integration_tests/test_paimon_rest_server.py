@@ -51,6 +51,7 @@ class HookedCatalog(JdbcCatalog):
 
     fail_get_after_snapshot: int | None = None
     during_commit_lock: Callable[[], None] | None = None
+    before_publish: Callable[[], None] | None = None
 
     def get_table(self, name: str | Identifier) -> Table:
         table = super().get_table(name)
@@ -58,6 +59,12 @@ class HookedCatalog(JdbcCatalog):
             self.fail_get_after_snapshot = None
             raise OSError("the catalog database is briefly unreachable")
         return table
+
+    def snapshot_publisher(self, table: Table) -> Any:
+        hook, self.before_publish = self.before_publish, None
+        if hook is not None:
+            hook()
+        return super().snapshot_publisher(table)
 
     def schema_change_lock(self, table: Table) -> contextlib.AbstractContextManager[object]:
         hook, self.during_commit_lock = self.during_commit_lock, None
@@ -290,3 +297,96 @@ def test_the_iceberg_catalog_bounds_a_body_and_reads_none_before_the_token(icebe
         assert status == 400 and "larger than" in answer["error"]["message"]
     status, answer = call(iceberg_server, "POST", path, {"requirements": []})
     assert status == 406 and answer["error"]["type"] == "UnsupportedOperationException"
+
+
+# -- rollback (defect: 501, fatal for Java's table.rollbackTo) -------------------------------------------
+
+def _ids(catalog: HookedCatalog) -> list[int]:
+    return sorted(catalog.get_table("db.t").to_arrow().column("id").to_pylist())
+
+
+def test_rollback_to_a_snapshot_and_to_a_tag(server: JsonServer[Any], catalog: HookedCatalog, tagged: Table) -> None:
+    tagged.write(rows([3]))
+    tagged.write(rows([4]))
+    path = f"{API}/databases/db/tables/t/rollback"
+    # a commit that holds the table's commit lock first lands, and the rollback then removes it
+    catalog.during_commit_lock = lambda: catalog.get_table("db.t").write(rows([5]))
+    assert call(server, "POST", path, {"instant": {"type": "snapshot", "snapshotId": 2}}) == (200, {})
+    assert catalog.during_commit_lock is None  # the rollback took the table's commit lock
+    assert _ids(catalog) == [1, 2, 3]
+    assert [s.id for s in catalog.get_table("db.t").snapshots()] == [1, 2]
+    assert call(server, "POST", path, {"instant": {"type": "tag", "tagName": "t1"}}) == (200, {})
+    assert _ids(catalog) == [1, 2]
+    status, answer = call(server, "POST", path, {"instant": {"type": "snapshot", "snapshotId": 9}})
+    assert (status, answer["resourceType"], answer["resourceName"]) == (404, "SNAPSHOT", "9")
+    status, answer = call(server, "POST", path, {"instant": {"type": "tag", "tagName": "nope"}})
+    assert (status, answer["resourceType"], answer["resourceName"]) == (404, "TAG", "nope")
+    status, answer = call(server, "POST", path, {"instant": {"type": "time", "millis": 1}})
+    assert status == 400 and "instant type" in answer["message"]
+
+
+def test_a_rollback_from_a_snapshot_that_is_no_longer_the_latest_is_a_conflict(
+        server: JsonServer[Any], catalog: HookedCatalog, tagged: Table) -> None:
+    tagged.write(rows([3]))
+    body = {"instant": {"type": "snapshot", "snapshotId": 1}, "fromSnapshot": 1}
+    status, answer = call(server, "POST", f"{API}/databases/db/tables/t/rollback", body)
+    assert (status, answer["resourceType"]) == (409, "SNAPSHOT")
+    assert "latest snapshot is 2" in answer["message"]
+    assert _ids(catalog) == [1, 2, 3]
+
+
+def test_a_rollback_racing_a_commit_loses_neither(server: JsonServer[Any], catalog: HookedCatalog,
+                                                   tagged: Table) -> None:
+    """The rollback lands while the commit is about to publish snapshot 3 on snapshot 2: the
+    commit answers success false (its parent is gone), so it never lands on top of the deleted
+    snapshots, and the client's retry on the rolled-back table lands."""
+    body = _snapshot_to_commit(tagged)  # snapshot 2: ids 10, 20, taken back out
+    tagged.write(rows([30]))  # snapshot 2 is now this one; the client's is rebuilt as snapshot 3
+    body["snapshot"]["id"] = 3
+    rollback = {"instant": {"type": "tag", "tagName": "t1"}}
+    catalog.before_publish = lambda: call(server, "POST", f"{API}/databases/db/tables/t/rollback", rollback)
+    assert call(server, "POST", f"{API}/databases/db/tables/t/commit", body) == (200, {"success": False})
+    assert catalog.before_publish is None  # the rollback did run inside the commit
+    assert [s.id for s in catalog.get_table("db.t").snapshots()] == [1]
+    catalog.get_table("db.t").write(rows([10, 20]))  # the client's retry
+    assert _ids(catalog) == [1, 2, 10, 20]
+
+
+# -- tags (spec 1.4) and unsupported routes -----------------------------------------------------------
+
+def test_tags_are_created_listed_read_and_deleted(server: JsonServer[Any], catalog: HookedCatalog,
+                                                  tagged: Table) -> None:
+    tagged.write(rows([3]))
+    tags = f"{API}/databases/db/tables/t/tags"
+    assert call(server, "POST", tags, {"tagName": "t2", "timeRetained": "1 d"}) == (200, {})
+    assert call(server, "POST", tags, {"tagName": "t0", "snapshotId": 1}) == (200, {})
+    assert call(server, "GET", tags) == (200, {"tags": ["t0", "t1", "t2"], "nextPageToken": None})
+    assert call(server, "GET", f"{tags}?tagNamePrefix=t2")[1]["tags"] == ["t2"]
+    status, answer = call(server, "GET", f"{tags}/t2")
+    assert status == 200 and answer["tagName"] == "t2" and answer["snapshot"]["id"] == 2
+    assert answer["tagTimeRetained"] == "86400000 ms" and answer["tagCreateTime"] > 0
+    status, answer = call(server, "POST", tags, {"tagName": "t2"})
+    assert (status, answer["resourceType"], answer["resourceName"]) == (409, "TAG", "t2")
+    status, answer = call(server, "POST", tags, {"tagName": "t9", "snapshotId": 9})
+    assert (status, answer["resourceType"]) == (404, "SNAPSHOT")
+    status, answer = call(server, "POST", tags, {"tagName": "bad name/"})
+    assert status == 400 and "tag name" in answer["message"]
+    assert call(server, "DELETE", f"{tags}/t2") == (200, {})
+    status, answer = call(server, "DELETE", f"{tags}/t2")
+    assert (status, answer["resourceType"], answer["resourceName"]) == (404, "TAG", "t2")
+    assert [t.name for t in catalog.get_table("db.t").list_tags()] == ["t0", "t1"]
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/databases/db/tables/t/partitions"),  # create partitions
+    ("POST", "/databases/db/tables/t/partitions/mark"),
+    ("GET", "/databases/db/tables/t/snapshots"),  # list snapshots
+    ("POST", "/databases/db/views"),
+    ("PUT", "/databases/db"),
+])
+def test_a_route_not_served_is_not_implemented(server: JsonServer[Any], tagged: Table, method: str,
+                                               path: str) -> None:
+    status, answer = call(server, method, f"{API}{path}", {} if method != "GET" else None)
+    assert status == 501, answer
+    assert answer["code"] == 501 and "not supported" in answer["message"]
+    assert set(answer) == {"message", "resourceType", "resourceName", "code"}

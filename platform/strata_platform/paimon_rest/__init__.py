@@ -29,6 +29,10 @@ only):
 ``GET  /v1/{prefix}/databases/{db}/tables/{t}/token``        object-store options (when vended)
 ``GET|POST /v1/{prefix}/databases/{db}/tables/{t}/branches`` list, create (``fromTag``)
 ``DELETE /v1/{prefix}/databases/{db}/tables/{t}/branches/{b}``, ``POST .../branches/{b}/forward``
+``POST /v1/{prefix}/databases/{db}/tables/{t}/rollback``     to a snapshot or tag, under the table's
+                                                             commit lock (``fromSnapshot``: 409 if not latest)
+``GET|POST /v1/{prefix}/databases/{db}/tables/{t}/tags``     list (``tagNamePrefix``), create (spec 1.4)
+``GET|DELETE /v1/{prefix}/databases/{db}/tables/{t}/tags/{tag}`` get, delete
 ``GET  /v1/{prefix}/databases/{db}/views|functions``         empty (Strata has neither)
 ``GET  /health``, ``GET /metrics``                           no token needed
 
@@ -37,7 +41,8 @@ warehouse and be, contain or lie inside no other database's directory (400 other
 dropping a database (always with its tables, as the clients ask) deletes its directory.
 
 A table's ``{t}`` may name a branch (``t$branch_b1``): commits to it publish on the branch.
-Tags are written by the clients through the table's files (Paimon's 1.3 REST API has no tag calls).
+Every other route answers 501 in the error shape above: the clients' fallbacks (Java's partition
+listing from files, mark-done ignored) trigger on 501 only.
 
 Object-store credentials: clients bring their own ``s3.*`` options (the default). With
 ``STRATA_PAIMON_REST_VEND_S3=true`` the config answer turns on ``data-token.enabled`` and the

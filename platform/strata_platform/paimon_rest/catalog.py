@@ -9,6 +9,7 @@ IllegalArgumentException.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -364,6 +365,89 @@ class PaimonRestCatalog:
                                   f"{table.identifier}; write the manifests before committing") from None
         return snapshot
 
+    # -- rollback -------------------------------------------------------------------------------------
+    def rollback(self, database: str, name: str, body: Any) -> dict[str, Any]:
+        """Roll the table back to a snapshot or a tag under its commit lock (a rollback beside a
+        commit would leave that commit's snapshot on top of deleted ones). ``fromSnapshot``
+        (pypaimon): only if the latest snapshot is that one, else 409."""
+        request = body_object(body, "rollback")
+        target = rollback_target(request.get("instant"))
+        expected = request.get("fromSnapshot")
+        if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
+            raise bad_request(f"rollback: fromSnapshot must be a snapshot id, got {expected!r}")
+        table = self.table(database, name)
+        full = f"{database}.{name}"
+        with commit_lock(table):
+            latest = table.snapshot_manager.latest_id()
+            if expected is not None and latest != expected:
+                raise RestError(409, f"rollback of {full}: the latest snapshot is {latest}, not {expected}",
+                                SNAPSHOT, str(expected))
+            self._require_rollback_target(table, full, target)
+            from strata.operation.rollback import rollback_to
+
+            result = rollback_to(table.store, target)
+        log.info("rollback %s to %s: snapshots %s deleted", full, target, result.deleted_snapshots)
+        return {}
+
+    @staticmethod
+    def _require_rollback_target(table: Table, full: str, target: int | str) -> None:
+        if isinstance(target, str):
+            with client_errors(TAG, target):
+                names.check_tag_name(target)
+            if not table.tags.exists(target):
+                raise not_found(TAG, target, f"table {full} has no tag {target}")
+            return
+        from strata.operation.rollback import resolve_target
+
+        try:
+            resolve_target(table.store, target)
+        except SnapshotNotFoundError:
+            raise not_found(SNAPSHOT, str(target), f"table {full} has no snapshot {target}") from None
+
+    # -- tags -----------------------------------------------------------------------------------------
+    def list_tags(self, database: str, name: str, prefix: str | None = None) -> dict[str, Any]:
+        table = self.table(database, name)
+        tags = sorted(t.name for t in table.tags.list_all() if t.name.startswith(prefix or ""))
+        return {"tags": tags, "nextPageToken": None}
+
+    def create_tag(self, database: str, name: str, body: Any) -> None:
+        request = body_object(body, "create tag")
+        tag, snapshot_id, retained = request.get("tagName"), request.get("snapshotId"), request.get("timeRetained")
+        if not isinstance(tag, str) or not isinstance(retained, str | None):
+            raise bad_request(f"create tag: tagName and timeRetained must be strings, got {tag!r}, {retained!r}")
+        if snapshot_id is not None and (not isinstance(snapshot_id, int) or isinstance(snapshot_id, bool)):
+            raise bad_request(f"create tag: snapshotId must be a snapshot id, got {snapshot_id!r}")
+        table = self.table(database, name)
+        with client_errors(TAG, tag):
+            names.check_tag_name(tag)
+        if table.tags.exists(tag):
+            raise already_exists(TAG, tag)
+        try:
+            with client_errors(TAG, tag):
+                table.create_tag(tag, snapshot_id, retained)
+        except SnapshotNotFoundError:
+            what = "no snapshot yet" if snapshot_id is None else f"no snapshot {snapshot_id}"
+            raise not_found(SNAPSHOT, str(snapshot_id), f"table {database}.{name} has {what}") from None
+
+    def get_tag(self, database: str, name: str, tag: str) -> dict[str, Any]:
+        table = self._tagged(database, name, tag)
+        info = table.tags.info(tag)
+        created = info.create_time
+        return {"tagName": tag, "snapshot": json.loads(info.snapshot.to_json()),
+                "tagCreateTime": int(created.timestamp() * 1000) if created else None,
+                "tagTimeRetained": None if info.time_retained_ms is None else f"{info.time_retained_ms} ms"}
+
+    def delete_tag(self, database: str, name: str, tag: str) -> None:
+        self._tagged(database, name, tag).delete_tag(tag)
+
+    def _tagged(self, database: str, name: str, tag: str) -> Table:
+        table = self.table(database, name)
+        with client_errors(TAG, tag):
+            names.check_tag_name(tag)
+        if not table.tags.exists(tag):
+            raise not_found(TAG, tag, f"table {database}.{name} has no tag {tag}")
+        return table
+
     # -- partitions -----------------------------------------------------------------------------------
     def list_partitions(self, database: str, name: str, pattern: str | None = None) -> dict[str, Any]:
         table = self.table(database, name)
@@ -432,6 +516,29 @@ def matches(name: str, pattern: str | None) -> bool:
         return True
     regex = "".join(".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in pattern)
     return re.fullmatch(regex, name) is not None
+
+
+def rollback_target(instant: Any) -> int | str:
+    """Paimon's Instant: ``{"type": "snapshot", "snapshotId": 3}`` or ``{"type": "tag", "tagName": "t"}``."""
+    obj = body_object(instant, "rollback: instant")
+    kind = obj.get("type")
+    if kind == "snapshot":
+        snapshot_id = obj.get("snapshotId")
+        if not isinstance(snapshot_id, int) or isinstance(snapshot_id, bool) or snapshot_id < 1:
+            raise bad_request(f"rollback: snapshotId must be a positive snapshot id, got {snapshot_id!r}")
+        return snapshot_id
+    if kind == "tag":
+        tag = obj.get("tagName")
+        if not isinstance(tag, str) or not tag:
+            raise bad_request(f"rollback: tagName must be a tag name, got {tag!r}")
+        return tag
+    raise bad_request(f"rollback: instant type must be 'snapshot' or 'tag', got {kind!r}")
+
+
+def commit_lock(table: Table) -> contextlib.AbstractContextManager[object]:
+    """What excludes every publish of the table's snapshots (the catalog's table lock, or on
+    local disk the publish lock), as a fast-forward takes it."""
+    return table._commit_lock()
 
 
 def identifier_of(value: Any, what: str) -> Identifier:

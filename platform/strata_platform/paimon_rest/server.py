@@ -24,7 +24,7 @@ from strata_platform.http_service import (
     service_parser,
     split_path,
 )
-from strata_platform.paimon_rest.catalog import PaimonRestCatalog, RestError, bad_request, not_found
+from strata_platform.paimon_rest.catalog import PaimonRestCatalog, RestError, not_found
 
 log = logging.getLogger("strata.paimon_rest")
 
@@ -56,12 +56,6 @@ class Route:
 def _empty(action: Callable[[], None]) -> dict[str, Any]:
     action()
     return {}
-
-
-def _not_implemented(what: str) -> Handler:
-    def answer(c: PaimonRestCatalog, p: list[str], q: dict[str, str], b: Any) -> Any:
-        raise RestError(501, f"{what} is not supported by Strata's Paimon REST catalog")
-    return answer
 
 
 DB, T = ("databases", "*"), ("tables", "*")
@@ -96,11 +90,16 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", (*DB, "functions"), lambda c, p, q, b: {"functions": [], "nextPageToken": None}
           if c.database(p[1]) else None),
     Route("GET", (*DB, "functions", "*"), lambda c, p, q, b: _no_such("FUNCTION", c, p)),
-    Route("POST", (*DB, *T, "rollback"), _not_implemented("rollback")),
-    Route("POST", (*DB, "register"), _not_implemented("registering a table by path")),
-    Route("POST", (*DB, *T, "partitions", "mark"), _not_implemented("marking partitions done")),
-    Route("POST", (*DB, *T, "auth"), _not_implemented("table query authorization")),
+    Route("POST", (*DB, *T, "rollback"), lambda c, p, q, b: c.rollback(p[1], p[3], b)),
+    Route("GET", (*DB, *T, "tags"), lambda c, p, q, b: c.list_tags(p[1], p[3], q.get("tagNamePrefix"))),
+    Route("POST", (*DB, *T, "tags"), lambda c, p, q, b: _empty(lambda: c.create_tag(p[1], p[3], b))),
+    Route("GET", (*DB, *T, "tags", "*"), lambda c, p, q, b: c.get_tag(p[1], p[3], p[5])),
+    Route("DELETE", (*DB, *T, "tags", "*"), lambda c, p, q, b: _empty(lambda: c.delete_tag(p[1], p[3], p[5]))),
 )
+
+
+def not_served(method: str, path: str) -> RestError:
+    return RestError(501, f"{method} {path} is not supported by Strata's Paimon REST catalog")
 
 
 def _no_such(kind: str, c: PaimonRestCatalog, p: list[str]) -> Any:
@@ -120,13 +119,13 @@ class PaimonRestHandler(JsonHandler[PaimonRestCatalog]):
         if parts == ["v1", "config"] and method == "GET":
             return "/v1/config", lambda body: rest.config(query.get("warehouse"))
         if len(parts) < 3 or parts[0] != "v1":
-            raise bad_request(f"{method} {url.path} is not an endpoint of this catalog")
+            raise not_served(method, url.path)
         if parts[1] != rest.prefix:
             raise not_found("WAREHOUSE", parts[1], f"warehouse prefix {parts[1]!r} is not served here "
                                                    f"(GET /v1/config names it: {rest.prefix!r})")
         route = next((r for r in ROUTES if r.match(method, parts[2:])), None)
-        if route is None:
-            raise bad_request(f"{method} {url.path} is not an endpoint of this catalog")
+        if route is None:  # the clients fall back on 501 only (Java: NotImplementedException)
+            raise not_served(method, url.path)
         return route.label, lambda body: route.handler(rest, parts[2:], query,
                                                        json_body(body) if method == "POST" else None)
 
