@@ -130,7 +130,7 @@ class TableCommit:
             raise
         finally:
             self._commit.properties_hook = None
-        outcome = TableCommitResult(**{f.name: getattr(result, f.name) for f in dataclasses.fields(CommitResult)})
+        outcome = _table_result(result)
         run_commit_callbacks(self.callbacks(log_commit), outcome, self._commit.metric_table)
         return outcome
 
@@ -188,9 +188,10 @@ class TableCommit:
     def last_committed_identifier(self) -> int | None:
         return self._commit.last_committed_identifier()
 
-    def replay_of(self, identifier: int) -> CommitResult | None:
+    def replay_of(self, identifier: int) -> TableCommitResult | None:
         """The skipped result of a replay of an identifier this commit user published, or None."""
-        return self._commit.replay_of(identifier)
+        replay = self._commit.replay_of(identifier)
+        return _table_result(replay) if replay is not None else None
 
     def _partition_bytes(self, partition: Mapping[str, Any]) -> bytes:
         schema = self.store.schema
@@ -223,3 +224,7 @@ class TableCommit:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _table_result(result: CommitResult) -> TableCommitResult:
+    return TableCommitResult(**{f.name: getattr(result, f.name) for f in dataclasses.fields(CommitResult)})

@@ -158,3 +158,10 @@ def test_a_table_without_deletion_vectors_needs_no_retry(tmp_path: Path) -> None
     result = table.new_commit().commit(messages)
     assert result.compaction_failure is not None and result.visible and not result.retried_compaction_ids
     assert read(table) == dict.fromkeys(KEYS, "new")
+
+
+def test_a_replayed_write_says_whether_its_batch_is_visible_too(tmp_path: Path) -> None:
+    table = dv_table(tmp_path, CompactOutage())
+    table.write(batch({1: "a"}), commit_user="job", identifier=1)
+    replay = table.write(batch({1: "a"}), commit_user="job", identifier=1)
+    assert replay.skipped_as_duplicate and replay.visible
