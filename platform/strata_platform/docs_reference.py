@@ -174,7 +174,7 @@ ENVIRONMENT: dict[str, str] = {
     "STRATA_COMPACTION_INTERVAL_SECONDS": "how often the compaction service compacts every table",
     "STRATA_COMPACTION_FULL": "full compactions instead of Paimon's universal strategy",
     "STRATA_COMPACTION_DATABASES": "databases the compaction service covers (empty: all)",
-    "STRATA_COMPACTION_COMMIT_USER": "the compaction service's commit user",
+    "STRATA_COMPACTION_COMMIT_USER": "the compaction service's commit user, before the suffix each run adds",
     "STRATA_COMPACTION_MODE": "`local` (in the service) or `spark` (a Spark job on `STRATA_SPARK_MASTER`)",
     "STRATA_CDC_BOOTSTRAP": "Kafka bootstrap servers of the CDC sync",
     "STRATA_CDC_TOPICS": "topics the CDC sync reads (comma-separated)",

@@ -54,6 +54,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -359,7 +360,8 @@ def run_compaction(env: Mapping[str, str], stopper: Stopper) -> int:
     interval = env_float(env, "STRATA_COMPACTION_INTERVAL_SECONDS", 60.0)
     full = env_bool(env, "STRATA_COMPACTION_FULL", False)
     only = [d.strip() for d in env.get("STRATA_COMPACTION_DATABASES", "").split(",") if d.strip()]
-    user = env.get("STRATA_COMPACTION_COMMIT_USER", "strata-compaction")
+    # a commit user of this run's own (as Paimon's compaction jobs): two services never share one
+    user = f"{env.get('STRATA_COMPACTION_COMMIT_USER', 'strata-compaction')}-{uuid.uuid4().hex[:12]}"
     catalog = retry("catalog", lambda: load_catalog(env), env_float(env, "STRATA_INIT_TIMEOUT_SECONDS", 180.0),
                     stopper)
     mode = env.get("STRATA_COMPACTION_MODE", "local")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from strata.operation.append_compact import AppendCompactTask
     from strata.table.table import Table
 
-DEFAULT_COMMIT_USER = "strata-spark-compaction"
+DEFAULT_COMMIT_USER = "strata-spark-compaction"  # each run adds its own suffix (see compact)
 
 BucketKey = tuple[bytes, int]
 
@@ -64,9 +65,11 @@ class CompactionResult:
 
 def compact(spark: SparkSession, path: str | None = None, full: bool = False,
             partitions: Sequence[dict[str, Any]] | None = None, parallelism: int | None = None,
-            commit_user: str = DEFAULT_COMMIT_USER, **options: str) -> CompactionResult:
+            commit_user: str | None = None, **options: str) -> CompactionResult:
     """Compact the table named by `path` (``<warehouse>#<db>.<table>``) / `options` (the data
-    source's, ``catalog.*`` included) on Spark's executors; one COMPACT snapshot."""
+    source's, ``catalog.*`` included) on Spark's executors; one COMPACT snapshot. Without
+    `commit_user`, each run commits as a user of its own (as Paimon's compaction jobs do): two
+    runs never share a user, so neither can take the other's snapshot for its own."""
     ref = table_ref(normalize({**options, **({"path": path} if path else {})}))
     table = ref.load()
     units = plan(table, full, partitions)
@@ -77,7 +80,7 @@ def compact(spark: SparkSession, path: str | None = None, full: bool = False,
         from strata.operation.append_compact import compaction_index_changes
 
         messages += compaction_index_changes(table, units)
-    snapshot_id = commit_once(table, messages, commit_user)
+    snapshot_id = commit_once(table, messages, commit_user or f"{DEFAULT_COMMIT_USER}-{uuid.uuid4().hex}")
     return CompactionResult(snapshot_id, len(units), tasks, sum(len(m.compact_before) for m in messages),
                             sum(len(m.compact_after) for m in messages), executors)
 
