@@ -44,7 +44,8 @@ class CommitConflictError(StrataError):
 
 
 class CommitFailedError(StrataError):
-    """The commit could not be published (retries exhausted); nothing became visible."""
+    """The commit could not be published (retries exhausted) and surely nothing was: a commit
+    that may still land (an ambiguous write) raises CommitStateUnknownError instead."""
 
 
 class CommitStateUnknownError(StrataError):
