@@ -8,7 +8,9 @@ Strata's REST catalog, data on MinIO) and by pyiceberg, each compared with Strat
   the first write, gone once dropped;
 * TIMESTAMP(3) and TIMESTAMP_LTZ(3) columns;
 * snapshot expiry on MinIO (``snapshot.num-retained.max=2`` over 50 commits): no failed sync, and no
-  Iceberg metadata file left that no kept snapshot reaches.
+  Iceberg metadata file left that no kept snapshot reaches;
+* a rollback to a tag, with a statistics version on the rolled-back head, then writes: Trino reads
+  the table's rows at each step.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import pytest
 
 import strata
 from strata.iceberg import latest_metadata_location
+from strata.iceberg.location import metadata_dir
 from strata.iceberg.manifests import decode_entries, decode_manifest_list
+from strata.iceberg.statistics import refresh
 from strata_platform.services.base import Service
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine" / "tests"))
@@ -278,3 +282,37 @@ def test_expiry_leaves_no_failure_and_no_orphan(trino: Service, rest_catalog: An
     listing = {s.path.rsplit("/", 1)[-1] for s in table.file_io.list_status(f"{table.path}/metadata")}
     assert listing == reachable
     assert rows_of(query(trino, f"SELECT * FROM strata.{rest_database}.expiring")) == arrow_rows(table.to_arrow())
+
+
+# -- rollback --------------------------------------------------------------------------------------------
+@pytest.mark.pyiceberg
+def test_rollback_then_writes(trino: Service, iceberg_rest: Service, rest_catalog: Any, rest_database: str) -> None:
+    """Trino loads the table before the rollback, right after it and after two more writes: each time
+    the table's own rows, never a rolled-back snapshot's files or its statistics version."""
+    pytest.importorskip("datasketches")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+    table = rest_catalog.create_table(f"{rest_database}.rolled", schema, options=ICEBERG_REST)
+    name = f"strata.{rest_database}.rolled"
+
+    def write(*ids: int) -> None:
+        table.write(pa.table({"id": list(ids), "v": [f"v{i}" for i in ids]}, schema=schema))
+
+    def assert_trino_reads_the_table() -> None:
+        expected = arrow_rows(table.to_arrow())
+        assert rows_of(query(trino, f"SELECT * FROM {name}")) == expected
+        summary = next(row for row in query(trino, f"SHOW STATS FOR {name}") if row[0] is None)
+        assert summary[4] == len(expected)  # the row count of the snapshot Trino reads
+
+    write(1, 2)
+    write(3)
+    table.create_tag("two", 2)
+    write(4)
+    refresh(table, metadata_dir(table))  # the head gets its statistics version, as `strata iceberg stats` gives it
+    assert latest_metadata_location(table).endswith(".stats.metadata.json")  # type: ignore[union-attr]
+    assert_trino_reads_the_table()
+    table.rollback_to("two")
+    assert_trino_reads_the_table()
+    write(10)
+    write(11, 12)
+    assert_trino_reads_the_table()
+    assert pyiceberg_rows(iceberg_rest, rest_database, "rolled") == arrow_rows(table.to_arrow())
