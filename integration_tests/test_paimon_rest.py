@@ -235,6 +235,62 @@ def test_pypaimon_lists_reads_and_writes(rest: Service, java: JudgeSession, cata
     assert java_rows(java, name) == expected
 
 
+def test_rollback_and_tags_through_java_and_pypaimon(rest: Service, java: JudgeSession, catalog: Catalog,
+                                                     database: str) -> None:
+    """Java's ``table.rollbackTo`` (snapshot and tag) and pypaimon's ``rollback_to`` go through the
+    server's rollback endpoint (a 501 there is fatal to both); pypaimon creates, lists and deletes
+    tags through the catalog, and Java reads the table at a tag pypaimon created."""
+    name = f"{database}.rolled"
+    java.call("write", spec=[{"table": name, "fields": PK_FIELDS, "primary_keys": ["id"], "options": {"bucket": "1"},
+                              "commits": [{"rows": rows((1, "a", 1.0))}]}])
+    java.catalog("create_tag", table=name, tag="one")
+    java.call("write", spec=[{"table": name, "commits": [{"rows": rows((i, "x", float(i)))} for i in (2, 3, 4)]}])
+    java.catalog("rollback", table=name, snapshot=3)
+    assert java_rows(java, name) == strata_rows(catalog, name) == canonical(
+        rows((1, "a", 1.0), (2, "x", 2.0), (3, "x", 3.0)))
+    java.catalog("rollback", table=name, tag="one")
+    assert java_rows(java, name) == strata_rows(catalog, name) == canonical(rows((1, "a", 1.0)))
+    assert [s.id for s in catalog.get_table(name).snapshots()] == [1]
+    java.call("write", spec=[{"table": name, "commits": [{"rows": rows((i, "y", float(i)))} for i in (5, 6)]}])
+
+    script = """
+        import json, sys
+        from pypaimon import CatalogFactory
+        options, name = json.loads(sys.argv[1]), sys.argv[2]
+        catalog = CatalogFactory.create(options)
+        table = catalog.get_table(name)
+        table.rollback_to(2)
+        read = catalog.get_table(name).new_read_builder()
+        got = read.new_read().to_arrow(read.new_scan().plan().splits()).to_pylist()
+        catalog.create_tag(name, "py1", snapshot_id=1)
+        catalog.create_tag(name, "py2", time_retained="1 h")
+        listed = catalog.list_tags_paged(name).elements
+        tag = catalog.get_tag(name, "py2")
+        catalog.delete_tag(name, "py2")
+        print(json.dumps({"rows": got, "listed": listed, "tag_snapshot": tag.snapshot.id,
+                          "after_delete": catalog.list_tags_paged(name).elements}))
+    """
+    answer = json.loads(run_pypaimon(script, json.dumps(rest.java_options()), name).strip().splitlines()[-1])
+    expected = canonical(rows((1, "a", 1.0), (5, "y", 5.0)))
+    assert canonical(answer["rows"]) == strata_rows(catalog, name) == java_rows(java, name) == expected
+    assert (answer["listed"], answer["tag_snapshot"], answer["after_delete"]) == (
+        ["one", "py1", "py2"], 2, ["one", "py1"])
+    assert [t.name for t in catalog.get_table(name).list_tags()] == ["one", "py1"]
+    at_tag: dict[str, Any] = java.call("read", table=name, options={"scan.tag-name": "py1"})
+    assert canonical(at_tag["rows"]) == canonical(rows((1, "a", 1.0)))
+
+
+def test_java_falls_back_on_a_route_not_served(java: JudgeSession, database: str, rest: Service) -> None:
+    """Marking partitions done is not served: a 501, which Java's catalog ignores as it should
+    (it turned the old 400 into an IllegalArgumentException)."""
+    name = f"{database}.marked"
+    java.call("write", spec=[{"table": name, "fields": [*PK_FIELDS, {"name": "day", "type": "STRING"}],
+                              "partition_keys": ["day"], "commits": [{"rows": [{"id": 1, "day": "d1"}]}]}])
+    assert java.catalog("mark_done", table=name, partition={"day": "d1"}) is True
+    status, answer = request(rest, "GET", f"{API}/databases/{database}/tables/marked/snapshots")
+    assert (status, answer["code"]) == (501, 501)
+
+
 @pytest.mark.trino
 def test_trino_reads_table_java_created(rest: Service, java: JudgeSession, database: str,
                                         iceberg_rest: Service, trino: Service) -> None:

@@ -27,6 +27,8 @@ import pytest
 
 from strata.catalog import Identifier
 from strata.catalog.jdbc import JdbcCatalog
+from strata.snapshot.snapshot import Snapshot
+from strata.snapshot.snapshot_manager import NothingPublishedError, SnapshotManager
 from strata.table.table import Table
 from strata_platform import iceberg_rest
 from strata_platform.http_service import JsonServer
@@ -52,6 +54,11 @@ class HookedCatalog(JdbcCatalog):
     fail_get_after_snapshot: int | None = None
     during_commit_lock: Callable[[], None] | None = None
     before_publish: Callable[[], None] | None = None
+    publish_fault: Callable[[SnapshotManager, Snapshot], bool] | None = None
+    mode: str | None = None  # the publish mode the catalog reports, in place of its store's own
+
+    def publish_mode(self, table: Table) -> str:
+        return self.mode or super().publish_mode(table)
 
     def get_table(self, name: str | Identifier) -> Table:
         table = super().get_table(name)
@@ -64,7 +71,8 @@ class HookedCatalog(JdbcCatalog):
         hook, self.before_publish = self.before_publish, None
         if hook is not None:
             hook()
-        return super().snapshot_publisher(table)
+        fault, self.publish_fault = self.publish_fault, None
+        return fault or super().snapshot_publisher(table)
 
     def schema_change_lock(self, table: Table) -> contextlib.AbstractContextManager[object]:
         hook, self.during_commit_lock = self.during_commit_lock, None
@@ -390,3 +398,79 @@ def test_a_route_not_served_is_not_implemented(server: JsonServer[Any], tagged: 
     assert status == 501, answer
     assert answer["code"] == 501 and "not supported" in answer["message"]
     assert set(answer) == {"message", "resourceType", "resourceName", "code"}
+
+
+# -- commit answers say what happened (success false only when surely not published) -------------------
+
+COMMIT = f"{API}/databases/db/tables/t/commit"
+
+
+def test_a_commit_whose_base_snapshot_was_replaced_is_refused(server: JsonServer[Any], catalog: HookedCatalog,
+                                                              tagged: Table) -> None:
+    """The client built snapshot 3 on snapshot 2; snapshot 2 was then rolled back and written
+    anew by another commit (same id, new uuid). Publishing the client's snapshot on the new
+    snapshot 2 would drop that commit's rows."""
+    tagged.write(rows([3]))
+    base = tagged.snapshot_manager.latest()
+    assert base is not None and base.uuid is not None
+    body = {**_snapshot_to_commit(tagged), "baseSnapshotUuid": base.uuid}
+    tagged.rollback_to("t1")
+    catalog.get_table("db.t").write(rows([4]))
+    assert call(server, "POST", COMMIT, body) == (200, {"success": False})
+    assert _ids(catalog) == [1, 2, 4]
+    body["snapshot"]["id"] = 3
+    assert call(server, "POST", COMMIT, {**body, "baseSnapshotUuid": 7})[0] == 400
+
+
+def _lost_reply(write_first: Callable[[SnapshotManager, Snapshot], None] | None) -> Any:
+    def publish(manager: SnapshotManager, snapshot: Snapshot) -> bool:
+        if write_first is not None:
+            write_first(manager, snapshot)
+        raise OSError("connection reset after the PUT was sent")
+    return publish
+
+
+def _someone_elses(manager: SnapshotManager, snapshot: Snapshot) -> None:
+    other = Snapshot.from_json(snapshot.to_json())
+    other.commit_user = "another-writer"
+    manager.file_io.write_bytes(manager.path(snapshot.id), other.to_json().encode())
+
+
+def _nothing_published(manager: SnapshotManager, snapshot: Snapshot) -> bool:
+    raise NothingPublishedError("the lock database is unavailable")
+
+
+@pytest.mark.parametrize(("mode", "fault", "expected"), [
+    # a lost reply after the snapshot landed: read back, it is ours
+    (None, _lost_reply(lambda m, s: m.file_io.write_bytes(m.path(s.id), s.to_json().encode())), True),
+    # nothing written before the failure: surely not published
+    (None, _nothing_published, False),
+    ("lock", _nothing_published, False),
+    # another commit holds N on a store that never overwrites: surely not ours
+    (None, _lost_reply(_someone_elses), False),
+    # N absent: a delayed PUT may still land; under the lock a delayed PUT may overwrite another's N
+    (None, _lost_reply(None), None),
+    ("lock", _lost_reply(None), None),
+    ("lock", _lost_reply(_someone_elses), None),
+])
+def test_a_commit_answers_what_happened(server: JsonServer[Any], catalog: HookedCatalog, tagged: Table,
+                                        mode: str | None, fault: Any, expected: bool | None) -> None:
+    body = _snapshot_to_commit(tagged)
+    catalog.mode, catalog.publish_fault = mode, fault
+    status, answer = call(server, "POST", COMMIT, body)
+    if expected is None:  # unknown: an error, so that the client keeps its files
+        assert status == 500, answer
+        assert "outcome unknown" in answer["message"]
+    else:
+        assert (status, answer) == (200, {"success": expected})
+    landed = catalog.get_table("db.t").snapshot_manager.snapshot(2) if expected else None
+    assert landed is None or landed.commit_user == body["snapshot"]["commitUser"]
+
+
+def test_commits_without_a_lock_or_conditional_put_are_refused(server: JsonServer[Any], catalog: HookedCatalog,
+                                                               tagged: Table) -> None:
+    body = _snapshot_to_commit(tagged)
+    catalog.mode = "unsafe"
+    status, answer = call(server, "POST", COMMIT, body)
+    assert status == 501 and "neither a conditional PUT nor a catalog lock" in answer["message"]
+    assert [s.id for s in catalog.get_table("db.t").snapshots()] == [1]

@@ -8,6 +8,12 @@ send each new snapshot to the commit endpoint; the server publishes it under Str
 protocol for the table (the JDBC lock, or a conditional PUT: ``Table.snapshot_publisher``), and
 then runs Strata's Iceberg mirror (``metadata.iceberg.storage``) so Trino sees the commit. A
 snapshot whose id is taken answers ``success: false``: the client retries on the new latest one.
+Commit answers say what happened, as the clients act on them: ``success: false`` only when the
+snapshot is surely not published (its id taken, its parent moved, its ``baseSnapshotUuid`` no
+longer the latest snapshot's, nothing written); a 500 ``outcome unknown`` when a write failed and
+reading it back cannot tell (the clients keep their files and look for their snapshot on retry).
+On an object store with neither a conditional PUT nor the JDBC lock commits are refused (501):
+two of them could both win one snapshot id.
 
 Endpoints (``{prefix}`` is the warehouse name the config answer gives; JSON bodies; errors as
 ``{"message", "resourceType", "resourceName", "code"}``: 400 malformed input or name, 401 no or

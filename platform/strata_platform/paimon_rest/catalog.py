@@ -24,6 +24,7 @@ from strata.catalog import Catalog, Identifier
 from strata.catalog.jdbc import JdbcCatalog
 from strata.errors import (
     CommitConflictError,
+    CommitStateUnknownError,
     CorruptMetadataError,
     DatabaseNotEmptyError,
     DatabaseNotFoundError,
@@ -35,10 +36,12 @@ from strata.errors import (
     TableAlreadyExistsError,
     TableNotFoundError,
 )
+from strata.fs.file_io import read_back
 from strata.schema.evolution import SchemaChangeError
 from strata.schema.table_schema import TableSchema
 from strata.schema.types import DataField
 from strata.snapshot.snapshot import Snapshot
+from strata.snapshot.snapshot_manager import NothingPublishedError
 from strata.table.table import Table
 from strata_platform.paimon_rest import changes as schema_changes
 from strata_platform.paimon_rest.relocate import rename_table
@@ -318,20 +321,29 @@ class PaimonRestCatalog:
 
     def commit(self, database: str, name: str, body: Any) -> dict[str, Any]:
         """Publish a client's snapshot under Strata's protocol for the table (conditional PUT or
-        the JDBC lock: ``Table.snapshot_publisher``). ``success: false`` when its id is taken or
-        its parent moved: the client then retries on the new latest snapshot, as after losing a
-        race for the snapshot file."""
+        the JDBC lock: ``Table.snapshot_publisher``). The answer is what happened, as the clients
+        act on it: ``success: false`` only when surely not published (its id is taken, its parent
+        moved or was replaced, nothing was written): the client cleans up and retries on the new
+        latest snapshot; an error when the outcome is unknown: the client keeps its files."""
         request = body_object(body, "commit")
         table = self.table(database, name)
         if request.get("tableId") not in (None, table_id(table)):
             raise not_found(TABLE, f"{database}.{name}", f"table {database}.{name} is not the table the "
                             f"commit was written for (id {request.get('tableId')!r}): it was dropped or re-created")
+        base_uuid = request.get("baseSnapshotUuid")
+        if not isinstance(base_uuid, str | None):
+            raise bad_request(f"commit: baseSnapshotUuid must be a string, got {base_uuid!r}")
         snapshot = self._client_snapshot(table, request.get("snapshot"))
-        published = publish(table, snapshot)
+        mode = commit_mode(table)
+        if mode == "unsafe":
+            raise RestError(501, f"commits to {database}.{name} are refused: its object store has neither a "
+                                 "conditional PUT nor a catalog lock, so two commits could both win one snapshot "
+                                 "id (enable the JDBC lock or s3.conditional-put)")
+        published = publish(table, snapshot, base_uuid, mode)
         if published and is_main(table):
             self._after_publish(table)
         log.info("commit %s.%s snapshot %d: %s", database, name, snapshot.id,
-                 "published" if published else "id taken, client retries")
+                 "published" if published else "not published, client retries")
         return {"success": published}
 
     @staticmethod
@@ -643,25 +655,60 @@ def partition_statistics(table: Table) -> list[dict[str, Any]]:
     return sorted(partitions, key=lambda p: sorted(p["spec"].items()))
 
 
-def publish(table: Table, snapshot: Snapshot) -> bool:
-    """Publish `snapshot` as the table's next one under the table's own protocol; False when its
-    id is not the next one or was taken meanwhile (or a fast-forward replaced its parent)."""
+def commit_mode(table: Table) -> str:
+    """How the table's snapshots are published: 'atomic' (link(2) or conditional PUT), 'lock' (the
+    JDBC lock) or 'unsafe' (an object store with neither)."""
+    catalog = table.catalog
+    if isinstance(catalog, JdbcCatalog):
+        return catalog.publish_mode(table)
+    if not table.file_io.is_object_store:
+        return "atomic"
+    conditional = getattr(table.file_io, "conditional_put_supported", None)
+    return "atomic" if callable(conditional) and conditional(f"{table.path}/snapshot/snapshot-1") else "unsafe"
+
+
+def publish(table: Table, snapshot: Snapshot, base_uuid: str | None = None, mode: str = "atomic") -> bool:
+    """Publish `snapshot` as the table's next one under the table's own protocol. False when
+    surely not published: its id is not the next one or was taken meanwhile, the base the client
+    built on (`base_uuid`) was replaced under the same id (a fast-forward or rollback), or nothing
+    was written. Raises CommitStateUnknownError when a write failed and the read-back cannot tell."""
     manager = table.snapshot_manager
     latest = manager.latest()
     if snapshot.id != (latest.id + 1 if latest else 1):
         return False
-    manager.expected_parent = latest
+    if base_uuid is not None and latest is not None and latest.uuid is not None and latest.uuid != base_uuid:
+        return False  # the client's base is gone; its snapshot may drop what replaced it
+    manager.expected_parent = latest  # the server's own fresh read, not the client's base
     publisher = table.snapshot_publisher() or (lambda m, s: m.publish(s))
     try:
         return publisher(manager, snapshot)
-    except OSError:
-        # the outcome is unknown: read back what landed; if that fails too, the client must not
-        # clean up (a 500 makes Paimon's committer keep its files)
-        landed = manager.snapshot(snapshot.id)
-        if landed.same_commit(snapshot):
-            manager.commit_hints(snapshot.id)
-            return True
+    except NothingPublishedError as exc:
+        log.info("table %s: snapshot %d not published (%s)", table.identifier, snapshot.id, exc)
         return False
+    except OSError as exc:
+        return settle_ambiguous(table, snapshot, mode, exc)
+
+
+def settle_ambiguous(table: Table, snapshot: Snapshot, mode: str, error: OSError) -> bool:
+    """After a write whose outcome is unknown: True if snapshot-N is this commit; False only if
+    N surely holds another commit for good (a create-if-absent store never overwrites it); else
+    unknown (N absent may still receive a late PUT; under the lock a late PUT may overwrite N)."""
+    manager = table.snapshot_manager
+    try:
+        landed: Snapshot | None = read_back(lambda: manager.snapshot(snapshot.id))
+    except SnapshotNotFoundError:
+        landed = None
+    except OSError as exc:
+        raise CommitStateUnknownError(f"snapshot {snapshot.id} of {table.identifier}: the write failed "
+                                      f"({error}) and reading it back failed too ({exc})") from exc
+    if landed is not None and landed.same_commit(snapshot):
+        manager.commit_hints(snapshot.id)
+        return True
+    if landed is not None and mode == "atomic":
+        return False
+    raise CommitStateUnknownError(f"snapshot {snapshot.id} of {table.identifier}: the write failed ({error}) and "
+                                  f"snapshot {snapshot.id} is {'absent' if landed is None else 'another commit'} "
+                                  "for now; a delayed write of it may still land")
 
 
 def mirror_after_commit(table: Table) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult
 
+from strata.errors import CommitStateUnknownError
 from strata_platform.http_service import (
     Answer,
     JsonHandler,
@@ -132,6 +133,9 @@ class PaimonRestHandler(JsonHandler[PaimonRestCatalog]):
     def error_answer(self, exc: Exception) -> tuple[int, Any] | None:
         if isinstance(exc, RequestError):
             exc = RestError(exc.status, exc.message)
+        elif isinstance(exc, CommitStateUnknownError):  # an error, not success false: clients keep their files
+            log.warning("%s", exc)
+            exc = RestError(500, f"outcome unknown: {exc}")
         return (exc.code, exc.body()) if isinstance(exc, RestError) else None
 
     def failure_body(self, exc: Exception) -> Any:

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -31,6 +32,7 @@ import org.apache.paimon.types.DataField;
  *   alter_table table changes (as the write spec's "alter") | list_partitions table
  *   latest_snapshot table | list_branches table | create_branch table branch [tag]
  *   drop_branch table branch | fast_forward table branch | create_tag table tag
+ *   rollback table (snapshot N | tag NAME) | mark_done table partition {k: v}
  * </pre>
  */
 final class CatalogOps {
@@ -93,6 +95,18 @@ final class CatalogOps {
                 return NODES.booleanNode(true);
             case "create_tag":
                 catalog.getTable(id(request, "table")).createTag(text(request, "tag"));
+                return NODES.booleanNode(true);
+            case "rollback":
+                // Table.rollbackTo: through the catalog's rollback call, as Flink/Spark procedures
+                if (request.hasNonNull("tag")) {
+                    catalog.getTable(id(request, "table")).rollbackTo(text(request, "tag"));
+                } else {
+                    catalog.getTable(id(request, "table")).rollbackTo(request.path("snapshot").asLong());
+                }
+                return NODES.booleanNode(true);
+            case "mark_done":
+                catalog.markDonePartitions(id(request, "table"),
+                        Collections.singletonList(map(request.path("partition"))));
                 return NODES.booleanNode(true);
             default:
                 throw new IllegalArgumentException("unknown catalog op " + op);
