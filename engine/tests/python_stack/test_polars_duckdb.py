@@ -11,6 +11,7 @@ import pytest
 from stack_tables import sorted_rows
 
 import strata
+import strata.polars
 import strata.table.read as table_read
 from strata import col
 from strata.arrow_stream import ArrowScan
