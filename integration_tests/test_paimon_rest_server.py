@@ -474,3 +474,35 @@ def test_commits_without_a_lock_or_conditional_put_are_refused(server: JsonServe
     status, answer = call(server, "POST", COMMIT, body)
     assert status == 501 and "neither a conditional PUT nor a catalog lock" in answer["message"]
     assert [s.id for s in catalog.get_table("db.t").snapshots()] == [1]
+
+
+# -- alter table: the spec's codes (defect: all 400) ----------------------------------------------------
+
+def _add(name: str) -> dict[str, Any]:
+    return {"action": "addColumn", "fieldNames": [name], "dataType": "STRING"}
+
+
+@pytest.mark.parametrize(("changes", "status", "resource"), [
+    ([{"action": "dropColumn", "fieldNames": ["nope"]}], 404, ("COLUMN", "nope")),
+    ([{"action": "renameColumn", "fieldNames": ["nope"], "newName": "x"}], 404, ("COLUMN", "nope")),
+    ([_add("w"), {"action": "updateColumnPosition",
+                  "move": {"fieldName": "w", "type": "AFTER", "referenceFieldName": "nope"}}], 404, ("COLUMN", "nope")),
+    ([_add("v")], 409, ("COLUMN", "v")),
+    ([{"action": "renameColumn", "fieldNames": ["id"], "newName": "v"}], 409, ("COLUMN", "v")),
+    ([_add("w"), _add("w")], 409, ("COLUMN", "w")),
+    ([{"action": "dropColumn", "fieldNames": ["v", "inner"]}], 501, (None, None)),
+    ([{"action": "createMaterializedColumn", "fieldNames": ["x"]}], 501, (None, None)),
+    ([{"action": "dropColumn"}], 400, (None, None)),
+])
+def test_alter_table_answers_the_specs_codes(server: JsonServer[Any], catalog: HookedCatalog, tagged: Table,
+                                             changes: list[dict[str, Any]], status: int,
+                                             resource: tuple[str | None, str | None]) -> None:
+    got, answer = call(server, "POST", f"{API}/databases/db/tables/t", {"changes": changes})
+    assert (got, answer["resourceType"], answer["resourceName"]) == (status, *resource), answer
+    assert catalog.get_table("db.t").schema.field_names == ["id", "v"]
+
+
+def test_alter_table_applies_changes_in_order(server: JsonServer[Any], catalog: HookedCatalog, tagged: Table) -> None:
+    changes = [_add("w"), {"action": "renameColumn", "fieldNames": ["w"], "newName": "x"}, _add("w")]
+    assert call(server, "POST", f"{API}/databases/db/tables/t", {"changes": changes}) == (200, {})
+    assert catalog.get_table("db.t").schema.field_names == ["id", "v", "x", "w"]

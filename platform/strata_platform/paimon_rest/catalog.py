@@ -264,8 +264,18 @@ class PaimonRestCatalog:
         if not isinstance(raw, list):
             raise bad_request("alter table: 'changes' must be a list of schema changes")
         full = f"{database}.{name}"
-        with client_errors(TABLE, full):
+        try:
             changes = [schema_changes.parse(change) for change in raw]
+            schema_changes.check_columns(table.schema.field_names, changes)
+        except schema_changes.UnsupportedChange as exc:
+            raise RestError(501, f"alter table {full}: {exc}") from None
+        except schema_changes.ColumnNotFound as exc:
+            raise not_found(COLUMN, exc.column, f"alter table {full}: {exc}") from None
+        except schema_changes.ColumnExists as exc:
+            raise RestError(409, f"alter table {full}: {exc}", COLUMN, exc.column) from None
+        except ValueError as exc:  # a malformed change (SchemaChangeError is one)
+            raise bad_request(f"alter table {full}: {type(exc).__name__}: {exc}") from None
+        with client_errors(TABLE, full):
             self.catalog.alter_table(table.identifier if "$" not in name else Identifier(database, name), changes)
 
     def drop_table(self, database: str, name: str) -> None:

@@ -6,8 +6,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.schema.evolution import Move, MoveType, SchemaChange, SchemaChangeError
+from strata.schema.evolution import (
+    AddColumn,
+    DropColumn,
+    Move,
+    MoveType,
+    RenameColumn,
+    SchemaChange,
+    SchemaChangeError,
+    UpdateColumnPosition,
+)
 from strata.schema.types import DataType
+
+
+class UnsupportedChange(SchemaChangeError):
+    """A well-formed change this catalog cannot make (the spec's 501, not a 400)."""
+
+
+class ColumnNotFound(SchemaChangeError):
+    def __init__(self, column: str):
+        super().__init__(f"column {column} does not exist")
+        self.column = column
+
+
+class ColumnExists(SchemaChangeError):
+    def __init__(self, column: str):
+        super().__init__(f"column {column} already exists")
+        self.column = column
 
 
 def _column(change: dict[str, Any]) -> str:
@@ -15,7 +40,7 @@ def _column(change: dict[str, Any]) -> str:
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise SchemaChangeError(f"{change.get('action')}: 'fieldNames' must be a non-empty list of names")
     if len(names) > 1:
-        raise SchemaChangeError(f"{change.get('action')} {'.'.join(names)}: nested columns cannot be changed "
+        raise UnsupportedChange(f"{change.get('action')} {'.'.join(names)}: nested columns cannot be changed "
                                 "(only top-level columns)")
     return names[0]
 
@@ -78,4 +103,34 @@ def parse(change: Any) -> SchemaChange:
         if move is None:
             raise SchemaChangeError("updateColumnPosition needs 'move'")
         return SchemaChange.update_column_position(move)
-    raise SchemaChangeError(f"schema change {action!r} is not supported by this catalog")
+    raise UnsupportedChange(f"schema change {action!r} is not supported by this catalog")
+
+
+def check_columns(columns: list[str], changes: list[SchemaChange]) -> None:
+    """The columns `changes` name, applied in order to `columns`: ColumnNotFound for one that is
+    not there, ColumnExists for a new name that is (the clients' 404 and 409 COLUMN)."""
+    names = list(columns)
+    for change in changes:
+        for name in _existing_columns(change):
+            if name not in names:
+                raise ColumnNotFound(name)
+        if isinstance(change, AddColumn | RenameColumn):
+            new = change.name if isinstance(change, AddColumn) else change.new_name
+            if new in names:
+                raise ColumnExists(new)
+            names.append(new)
+        if isinstance(change, RenameColumn | DropColumn):
+            names.remove(change.name)
+
+
+def _existing_columns(change: SchemaChange) -> list[str]:
+    """The columns a change refers to that must exist before it."""
+    move: Move | None = getattr(change, "move", None)
+    if isinstance(change, UpdateColumnPosition):
+        named = [change.move.field_name]
+    else:  # an added column's own name is new, every other change's column must exist
+        name = None if isinstance(change, AddColumn) else getattr(change, "name", None)
+        named = [name] if name else []
+    if move is not None and move.reference is not None:
+        named.append(move.reference)
+    return named
