@@ -28,6 +28,7 @@ from strata.cli.common import EXIT_ERROR
 from strata.cli.iceberg import add_iceberg_commands
 from strata.cli.lineage import add_lineage_commands
 from strata.cli.maintenance import add_maintenance_commands
+from strata.cli.sql import add_sql_command
 from strata.cli.tables import add_table_commands
 from strata.errors import StrataError
 
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_maintenance_commands(sub)
     add_lineage_commands(sub)
     add_branch_commands(sub)
+    add_sql_command(sub)
     return parser
 
 
