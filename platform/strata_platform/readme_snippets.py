@@ -1,5 +1,5 @@
-"""Run the README's code blocks that are marked runnable, as a new user would: in order, in a
-scratch directory, against the local services.
+"""Run the code blocks of the README and of the docs site's pages (``docs/**/*.md``) that are marked
+runnable, as a new user would: in order, in a scratch directory, against the local services.
 
 A fenced ``python`` or ``sh`` block runs when the line before its fence is ``<!-- run -->`` (with
 the local disk, MinIO, PostgreSQL and Kafka) or ``<!-- run: NAME -->`` (a group that also needs the
@@ -8,8 +8,12 @@ why a block is not run (docker, kubernetes, long-running, fragment); an unmarked
 The python blocks of a group share one namespace, as in one session; sh blocks run in bash with
 ``-euo pipefail`` and this venv's commands first on the PATH.
 
-``python -m strata_platform.readme_snippets [--group NAME] [README.md]`` runs one group (default:
-the plain ``run`` blocks) and exits 1 naming the README line of the first block that fails.
+Each document runs on its own: a page's blocks share one namespace and scratch directory, and
+never see another page's.
+
+``python -m strata_platform.readme_snippets [--group NAME] [FILE.md ...]`` runs one group (default:
+the plain ``run`` blocks) of each file given (default: the README and every docs page) and exits 1
+naming the file and line of the first block that fails.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_GROUP = ""
+REPO_ROOT = Path(__file__).resolve().parents[2]
 _MARK = re.compile(r"^<!--\s*(run|skip)(?:\s*:\s*(.*?))?\s*-->$")
 _FENCE = re.compile(r"^```(\w+)\s*$")
 LANGUAGES = ("python", "sh")
@@ -64,6 +69,19 @@ def blocks(text: str) -> list[Block]:
     return found
 
 
+def documents(root: Path = REPO_ROOT) -> list[Path]:
+    """The Markdown files whose blocks run: the README and the docs site's pages."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def display_name(path: Path) -> str:
+    """How tracebacks and failures name a document: its path in the repository, else its name."""
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return path.name
+
+
 def run_group(readme: Path, group: str = DEFAULT_GROUP, env: dict[str, str] | None = None,
               timeout: float = 600.0) -> subprocess.CompletedProcess[str]:
     """Run the group's blocks in a fresh scratch directory, in a new Python process (and session:
@@ -75,7 +93,7 @@ def run_group(readme: Path, group: str = DEFAULT_GROUP, env: dict[str, str] | No
     full_env = {**os.environ, **(env or {})}
     full_env["PATH"] = f"{venv_bin}{os.pathsep}{full_env.get('PATH', '')}"
     with tempfile.TemporaryDirectory(prefix="readme-snippets-") as scratch:
-        payload = json.dumps({"readme": readme.name, "blocks": [b.__dict__ for b in selected]})
+        payload = json.dumps({"readme": display_name(readme), "blocks": [b.__dict__ for b in selected]})
         argv = [sys.executable, "-c", _DRIVER]
         process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    cwd=scratch, env=full_env, text=True, start_new_session=True)
@@ -112,13 +130,18 @@ for block in spec["blocks"]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("readme", nargs="?", default="README.md")
+    parser.add_argument("files", nargs="*", type=Path, help="Markdown files (default: README.md and docs/**/*.md)")
     parser.add_argument("--group", default=DEFAULT_GROUP, help="run the blocks marked '<!-- run: GROUP -->'")
     args = parser.parse_args(argv)
-    done = run_group(Path(args.readme).resolve(), args.group)
-    sys.stdout.write(done.stdout)
-    sys.stderr.write(done.stderr)
-    return done.returncode
+    for path in [p.resolve() for p in args.files] or documents():
+        if not any(b.group == args.group for b in blocks(path.read_text(encoding="utf-8"))):
+            continue
+        done = run_group(path, args.group)
+        sys.stdout.write(done.stdout)
+        sys.stderr.write(done.stderr)
+        if done.returncode != 0:
+            return done.returncode
+    return 0
 
 
 if __name__ == "__main__":
