@@ -506,3 +506,13 @@ def test_alter_table_applies_changes_in_order(server: JsonServer[Any], catalog: 
     changes = [_add("w"), {"action": "renameColumn", "fieldNames": ["w"], "newName": "x"}, _add("w")]
     assert call(server, "POST", f"{API}/databases/db/tables/t", {"changes": changes}) == (200, {})
     assert catalog.get_table("db.t").schema.field_names == ["id", "v", "x", "w"]
+
+
+def test_the_http_layer_imports_no_service_above_it() -> None:
+    """The services' shared configuration lies below them all: the HTTP layer of the catalogs
+    reaches neither the roles (``serve``) nor a service, so no import cycle runs through it."""
+    import grimp
+
+    graph = grimp.build_graph("strata_platform", include_external_packages=False)
+    for above in ("strata_platform.serve", "strata_platform.metaservice", "strata_platform.paimon_rest.server"):
+        assert graph.find_shortest_chain(importer="strata_platform.http_service", imported=above) is None, above

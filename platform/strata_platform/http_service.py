@@ -45,7 +45,7 @@ from urllib.parse import SplitResult, parse_qs, unquote_plus, urlsplit
 
 import prometheus_client as prom
 
-from strata_platform.serve import Stopper, catalog_options, load_secret_files, pairs
+from strata_platform.service_config import Stopper, catalog_options, load_secret_files, pairs
 
 LATENCY_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
 NO_CONTENT: Any = object()  # a handler's payload for "204 No Content"

@@ -151,7 +151,7 @@ def start(rest: PaimonRestCatalog, host: str = "127.0.0.1", port: int = DEFAULT_
 # -- command line -------------------------------------------------------------------------------------
 def vended_s3_options(options: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
     """Paimon's S3 file IO options for the S3 settings this server itself uses."""
-    from strata_platform.serve import s3_settings
+    from strata_platform.service_config import s3_settings
 
     s3 = s3_settings(options, env)
     names = {"endpoint": "s3.endpoint", "access-key": "s3.access-key", "secret-key": "s3.secret-key",
@@ -171,7 +171,7 @@ def parse_args(argv: Sequence[str] | None, env: Mapping[str, str]) -> argparse.N
 
 def main(argv: Sequence[str] | None = None) -> int:
     import strata
-    from strata_platform.serve import env_bool, read_token
+    from strata_platform.service_config import env_bool, read_token
 
     env, args, options = service_environment(argv, parse_args)
     vend = env_bool(env, "STRATA_PAIMON_REST_VEND_S3", False)
