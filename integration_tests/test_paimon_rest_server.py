@@ -516,3 +516,17 @@ def test_the_http_layer_imports_no_service_above_it() -> None:
     graph = grimp.build_graph("strata_platform", include_external_packages=False)
     for above in ("strata_platform.serve", "strata_platform.metaservice", "strata_platform.paimon_rest.server"):
         assert graph.find_shortest_chain(importer="strata_platform.http_service", imported=above) is None, above
+
+
+@pytest.mark.parametrize("name", ["team a+b", "lake/é%", "strata"])
+def test_a_warehouse_name_encoded_twice_as_java_sends_it_matches(catalog: HookedCatalog, name: str) -> None:
+    server = start(PaimonRestCatalog(catalog, prefix=name), port=0, token=TOKEN)
+    try:
+        for encoded in (quote(name, safe=""), quote(quote(name, safe=""), safe="")):
+            status, answer = call(server, "GET", f"/v1/config?warehouse={encoded}")
+            assert (status, answer["defaults"]["prefix"]) == (200, name), encoded
+        status, answer = call(server, "GET", "/v1/config?warehouse=other")
+        assert (status, answer["resourceType"]) == (404, "WAREHOUSE")
+    finally:
+        server.shutdown()
+        server.server_close()

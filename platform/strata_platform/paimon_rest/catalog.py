@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import unquote
 
 from strata import metrics, names
 from strata.catalog import Catalog, Identifier
@@ -145,7 +146,10 @@ class PaimonRestCatalog:
 
     # -- config ---------------------------------------------------------------------------------------
     def config(self, warehouse: str | None) -> dict[str, Any]:
-        if warehouse and warehouse not in (self.prefix, getattr(self.catalog, "warehouse", None)):
+        served = (self.prefix, getattr(self.catalog, "warehouse", None))
+        if warehouse and warehouse not in served and unquote(warehouse) in served:
+            warehouse = unquote(warehouse)  # Java 1.3 encodes the query value twice
+        if warehouse and warehouse not in served:
             raise not_found("WAREHOUSE", warehouse, f"warehouse {warehouse!r} is not served here "
                                                     f"(this catalog serves {self.prefix!r})")
         defaults = {**self.defaults, "prefix": self.prefix}
