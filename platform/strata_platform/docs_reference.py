@@ -113,10 +113,12 @@ def _command_sections(parser: argparse.ArgumentParser, path: str, depth: int) ->
         yield from _command_sections(sub, command, min(depth + 1, 4))
 
 
-def cli_page() -> str:
-    from strata.cli.app import build_parser
+def cli_page(parser: argparse.ArgumentParser | None = None) -> str:
+    """The command line's page, from ``parser`` (default: the ``strata`` command's)."""
+    if parser is None:
+        from strata.cli.app import build_parser
 
-    parser = build_parser()
+        parser = build_parser()
     head = ("# Command line\n\nThe `strata` command, from its parser (`strata.cli.app`). Errors print "
             "one line, `strata: error: ...`, and exit with status 2; `strata COMMAND --help` prints "
             "the same as this page.\n\n## Global options\n\n"
