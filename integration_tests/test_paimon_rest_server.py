@@ -530,3 +530,22 @@ def test_a_warehouse_name_encoded_twice_as_java_sends_it_matches(catalog: Hooked
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_branch_is_renamed(server: JsonServer[Any], catalog: HookedCatalog, tagged: Table) -> None:
+    tagged.create_branch("b1", from_tag="t1").write(rows([7]))
+    tagged.create_branch("other")
+    branches = f"{API}/databases/db/tables/t/branches"
+    assert call(server, "POST", f"{branches}/b1/rename", {"toBranch": "b2"}) == (200, {})
+    assert call(server, "GET", branches) == (200, {"branches": ["b2", "other"]})
+    moved = catalog.get_table("db.t").on_branch("b2")
+    assert sorted(moved.to_arrow().column("id").to_pylist()) == [1, 2, 7]
+    assert [t.name for t in moved.list_tags()] == ["t1"]
+    moved.write(rows([8]))  # the renamed branch takes commits
+    assert sorted(catalog.get_table("db.t$branch_b2").to_arrow().column("id").to_pylist()) == [1, 2, 7, 8]
+    status, answer = call(server, "POST", f"{branches}/b1/rename", {"toBranch": "b3"})
+    assert (status, answer["resourceType"], answer["resourceName"]) == (404, "BRANCH", "b1")
+    status, answer = call(server, "POST", f"{branches}/b2/rename", {"toBranch": "other"})
+    assert (status, answer["resourceType"], answer["resourceName"]) == (409, "BRANCH", "other")
+    status, answer = call(server, "POST", f"{branches}/b2/rename", {"toBranch": "bad/name"})
+    assert status == 400 and "branch name" in answer["message"].lower()

@@ -37,7 +37,7 @@ from strata.errors import (
     TableAlreadyExistsError,
     TableNotFoundError,
 )
-from strata.fs.file_io import read_back
+from strata.fs.file_io import FileIO, read_back
 from strata.schema.evolution import SchemaChangeError
 from strata.schema.table_schema import TableSchema
 from strata.schema.types import DataField
@@ -508,6 +508,28 @@ class PaimonRestCatalog:
             raise not_found(BRANCH, branch, f"table {database}.{name} has no branch {branch}")
         table.delete_branch(branch)
 
+    def rename_branch(self, database: str, name: str, branch: str, body: Any) -> None:
+        """A branch's directory holds only metadata (snapshots, schemas, tags, consumers; data files
+        and manifests are the table's): it is copied under the branch's commit lock, then the old
+        one deleted."""
+        request = body_object(body, "rename branch")
+        target = request.get("toBranch")
+        if not isinstance(target, str):
+            raise bad_request(f"rename branch: toBranch must be a string, got {target!r}")
+        table = self.table(database, name)
+        with client_errors(BRANCH, target):
+            names.check_branch_name(target)
+        branches = table.list_branches()
+        if branch not in branches:
+            raise not_found(BRANCH, branch, f"table {database}.{name} has no branch {branch}")
+        if target in branches:
+            raise already_exists(BRANCH, target)
+        from strata.snapshot.branches import branch_path
+
+        with commit_lock(table.on_branch(branch)):
+            copy_tree(table.file_io, branch_path(table.path, branch), branch_path(table.path, target))
+            table.delete_branch(branch)
+
     def forward_branch(self, database: str, name: str, branch: str) -> None:
         table = self.table(database, name)
         if branch not in table.list_branches():
@@ -565,6 +587,15 @@ def commit_lock(table: Table) -> contextlib.AbstractContextManager[object]:
     """What excludes every publish of the table's snapshots (the catalog's table lock, or on
     local disk the publish lock), as a fast-forward takes it."""
     return table._commit_lock()
+
+
+def copy_tree(file_io: FileIO, source: str, target: str) -> None:
+    for status in file_io.list_status(source):
+        child = status.path.rstrip("/").rsplit("/", 1)[-1]
+        if status.is_dir:
+            copy_tree(file_io, f"{source}/{child}", f"{target}/{child}")
+        else:
+            file_io.write_bytes(f"{target}/{child}", file_io.read_bytes(f"{source}/{child}"))
 
 
 def identifier_of(value: Any, what: str) -> Identifier:

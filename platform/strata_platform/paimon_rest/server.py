@@ -82,6 +82,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", (*DB, *T, "branches"), lambda c, p, q, b: c.list_branches(p[1], p[3])),
     Route("POST", (*DB, *T, "branches"), lambda c, p, q, b: _empty(lambda: c.create_branch(p[1], p[3], b))),
     Route("DELETE", (*DB, *T, "branches", "*"), lambda c, p, q, b: _empty(lambda: c.drop_branch(p[1], p[3], p[5]))),
+    Route("POST", (*DB, *T, "branches", "*", "rename"),
+          lambda c, p, q, b: _empty(lambda: c.rename_branch(p[1], p[3], p[5], b))),
     Route("POST", (*DB, *T, "branches", "*", "forward"),
           lambda c, p, q, b: _empty(lambda: c.forward_branch(p[1], p[3], p[5]))),
     # Strata has no views or functions: empty lists, and 404 for one by name
