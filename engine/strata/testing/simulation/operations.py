@@ -49,6 +49,7 @@ class Context:
     last_write: tuple[int, pa.Table, list[str] | None, list[Row]] | None = None
     world: Any = None  # a concurrency.World when the run has concurrent committers and faults
     intermediate_unchecked: bool = False  # the last operation's snapshots but its last are not checked
+    shared_identifiers: dict[str, int] = field(default_factory=dict)  # shared-user job -> last identifier
 
     def fresh_name(self, prefix: str) -> str:
         self.names_made += 1
@@ -310,56 +311,15 @@ def _widen_column(ctx: Context, rng: random.Random) -> str:
     return f"{column.type.root.lower()}_widened"
 
 
-# -- concurrent committers under faults (strata.testing.simulation.concurrency) ---------------------
+# -- concurrent committers under faults (strata.testing.simulation.jobs) ----------------------------
 def _concurrent_writes(ctx: Context, rng: random.Random) -> str:
-    """Two or three writers (own commit users) and maybe a compaction job, interleaved at every
-    storage call under the run's faults. A writer's batch is in the model iff its snapshot is in
-    the table; that must agree with what it reported (done: in, not done: absent, unknown or
-    killed: either), and landed batches apply in snapshot order."""
+    """Writers, a compaction job, a maintenance job and shared-user jobs, interleaved at every
+    storage call under the run's faults (strata.testing.simulation.jobs)."""
+    from strata.testing.simulation.jobs import concurrent_jobs
+
     if ctx.world is None:
         return "no_world"
-    if ctx.model.is_primary:  # concurrent upserts of one key have no defined winner to model
-        return "primary_key_not_modelled"
-    batches = {f"w{i}": _rows(ctx, rng, rng.randint(1, 20)) for i in range(rng.randint(2, 3))}
-    ctx.identifier += 1
-    identifier = ctx.identifier
-    actors = {name: _writer_actor(arrow_of(ctx, rows), f"sim-{name}", identifier) for name, rows in batches.items()}
-    if rng.random() < 0.4:
-        actors["compactor"] = lambda catalog: catalog.get_table(TABLE).compact(full=rng.random() < 0.5)
-    outcomes = ctx.world.run(actors)
-    landed = _landed(ctx, identifier)
-    for name, outcome in outcomes.items():
-        ctx.counters[f"outcome:{outcome.status}"] += 1
-        if name in batches:
-            _check_outcome(name, outcome.status, f"sim-{name}" in landed, outcome.error)
-        if name in batches and outcome.status == "done":
-            landed.setdefault(f"sim-{name}", 0)  # its snapshot may have expired already
-    for user in sorted(landed):
-        ctx.model.upsert(batches[user.removeprefix("sim-")])
-    ambiguous = any(o.status in ("unknown", "killed") for o in outcomes.values())
-    if ambiguous and ctx.model.level0_hidden:  # a killed writer's batch may wait for a compaction
-        ctx.table.compact()
-    ctx.intermediate_unchecked = True
-    return "ambiguous" if ambiguous else "settled"
-
-
-def _writer_actor(data: pa.Table, user: str, identifier: int) -> Callable[[Any], object]:
-    return lambda catalog: catalog.get_table(TABLE).write(data, commit_user=user, identifier=identifier)
-
-
-def _landed(ctx: Context, identifier: int) -> dict[str, int]:
-    """Commit user -> the APPEND snapshot that carries its batch."""
-    found: dict[str, int] = {}
-    for snap in ctx.table.snapshots():
-        if snap.commit_identifier == identifier and snap.commit_user.startswith("sim-w") \
-                and snap.commit_kind != "COMPACT":
-            found.setdefault(snap.commit_user, snap.id)
-    return found
-
-
-def _check_outcome(actor: str, status: str, landed: bool, error: BaseException | None) -> None:
-    if status == "not_done" and landed:
-        raise OperationFailed(f"writer {actor} reported not done ({error!r}) but its batch landed")
+    return concurrent_jobs(ctx, rng)
 
 
 _APPLY: dict[str, Callable[[Context, random.Random], str]] = {

@@ -55,14 +55,19 @@ class Scenario:
         return spec, random_ops(rng, spec, self.steps)
 
     def world(self, warehouse: str) -> Any:
-        """The concurrency world of this seed (its own random stream, so that the table and the
-        operations stay what they are without it): faults for half the seeds."""
+        """The concurrency world of this seed (its own random streams, so that the table and the
+        operations stay what they are without it): faults for half the seeds, snapshots published
+        under the JDBC lock (check-then-put storage) for half, by conditional PUT for the others."""
         from strata.testing.simulation.concurrency import World
         from strata.testing.simulation.faults import FaultConfig
 
         rng = random.Random(f"faults:{self.seed}")
         faults = FaultConfig.random(rng) if rng.random() < 0.5 else FaultConfig()
-        return World(self.seed, warehouse, faults)
+        jdbc_lock = random.Random(f"publish:{self.seed}").random() < 0.5
+        return World(self.seed, warehouse, faults, use_jdbc_lock=jdbc_lock, lapse_before_put=False)
+
+    def publish_mode(self) -> str:
+        return "jdbc-lock" if random.Random(f"publish:{self.seed}").random() < 0.5 else "conditional-put"
 
     def keeping(self, indices: Sequence[int]) -> Scenario:
         return Scenario(self.seed, self.steps, tuple(indices))
@@ -125,7 +130,8 @@ def _run_in(scenario: Scenario, warehouse: str, result: RunResult) -> None:
 
 
 def _run_ops(scenario: Scenario, ctx: Context, result: RunResult) -> None:
-    result.counters.update({f"table:{'primary' if ctx.spec.primary_keys else 'append'}": 1})
+    result.counters.update({f"table:{'primary' if ctx.spec.primary_keys else 'append'}": 1,
+                            f"publish:{scenario.publish_mode()}": 1})
     ops = scenario.ops()
     for n, (index, op) in enumerate(ops):
         try:
