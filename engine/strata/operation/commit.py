@@ -311,15 +311,15 @@ class FileStoreCommit:
                 break
             wait = min(max_wait, min_wait * (2 ** attempt)) * (0.5 + random.random())
             time.sleep(wait / 1000)
-        if unsettled:
+        if unsettled:  # an ambiguous write may have landed since, or land yet (a delayed request)
             with self._unknown_on_failure(True, identifier):
                 landed = self._late_landing(unsettled, self.snapshots.latest(), identifier)
             if landed is not None:
                 return landed
-        if unsettled:  # an ambiguous write whose id is still free may land yet (a delayed request)
-            raise self._unknown_error(identifier, f"the write of snapshot {unsettled[-1].id} failed ambiguously "
-                                                  "and it was absent when read back; a delayed write may still "
-                                                  "publish it")
+            if unsettled:
+                raise self._unknown_error(identifier, f"the write of snapshot {unsettled[-1].id} failed ambiguously "
+                                                      "and it was absent when read back; a delayed write may still "
+                                                      "publish it")
         self._may_have_published = bool(result.snapshot_ids)  # every attempt of this change is settled
         raise CommitFailedError(
             f"commit to {self.table_path} failed after {result.attempts} attempts, nothing published: {last_failure}")
