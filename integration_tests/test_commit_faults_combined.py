@@ -42,6 +42,7 @@ from test_faults import (
     APPEND_SCHEMA,
     PK_SCHEMA,
     ROWS,
+    SEED,
     Network,
     actual,
     address,
@@ -103,7 +104,7 @@ def shared_user_job(warehouse: str, options: dict[str, str], job: int, start: An
     """Commit JOB_BATCHES batches with the shared commit user and no identifier, each run again
     until it succeeds or is found in the table; reports the snapshots each commit named."""
     report = {**new_report(f"job-{job}"), "acknowledged": {}}
-    rng = random.Random(f"{job}:{uuid.uuid4()}")
+    rng = random.Random(f"{SEED}:job:{job}")
     try:
         start.wait(timeout=300)
         for seq in range(JOB_BATCHES):
