@@ -144,8 +144,8 @@ def metrics_page() -> str:
 
 
 # -- environment variables -----------------------------------------------------------------------
-SERVING_MODULES = ("serve.py", "iceberg_rest.py", "metaservice.py", "metrics_exporter.py", "http_service.py",
-                   "paimon_rest/*.py", "cdc/*.py")
+SERVING_MODULES = ("serve.py", "service_config.py", "iceberg_rest.py", "metaservice.py", "metrics_exporter.py",
+                   "http_service.py", "paimon_rest/*.py", "cdc/*.py")
 
 ENVIRONMENT: dict[str, str] = {
     "STRATA_WAREHOUSE": "the warehouse: `s3://bucket/path` or a local path (also the CLI's default)",
