@@ -172,6 +172,7 @@ def _peers(plt: Any, report: dict[str, Any]) -> Any:
     axes.axvline(1.0, color="black", linewidth=1)
     axes.invert_yaxis()
     axes.set_xscale("log", base=2)
+    axes.xaxis.set_major_formatter(plt.FuncFormatter(lambda value, _: f"{value:g}x"))
     axes.set_xlabel("Strata's speed relative to the reference (right of 1: Strata ahead)")
     axes.set_title("Strata beside its peers")
     return figure

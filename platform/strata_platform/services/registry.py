@@ -20,6 +20,7 @@ SERVICES: dict[str, str] = {
     "docker": "strata_platform.services.docker:DockerService",
     "paimon_java": "strata_platform.services.paimon_java:PaimonJavaService",
     "kubernetes": "strata_platform.services.kubernetes:KubernetesService",
+    "chromium": "strata_platform.services.chromium:ChromiumService",
 }
 
 
