@@ -29,10 +29,9 @@ FILE_SOURCE_APPEND = 0
 FILE_SOURCE_COMPACT = 1
 # Row groups hold about ROW_GROUP_BYTES of Arrow data (compressed, a quarter to a third of it), in
 # whole multiples of ROW_GROUP_ROWS rows, at most MAX_ROW_GROUP_ROWS: Paimon's and parquet-mr's
-# block size. A scan pays a request per column per group: Trino read TPC-H SF 1 lineitem with
-# 32k-row groups 2.5x, with 32 MB groups 2x slower than its own one-group files, at 128 MB as
-# fast. A key-range read decodes only the pages it needs (a page index, strata.io.page_index); the
-# writer holds one group's rows.
+# block size. A scan pays a request per column per group, so small groups make engines such as
+# Trino read many times slower than large ones on object storage. A key-range read decodes only
+# the pages it needs (a page index, strata.io.page_index); the writer holds one group's rows.
 ROW_GROUP_BYTES = 128 * 1024 * 1024
 ROW_GROUP_ROWS = 32 * 1024
 MAX_ROW_GROUP_ROWS = 1024 * 1024
@@ -42,10 +41,10 @@ ROLL_CHECK_ROWS = MAX_ROW_GROUP_ROWS
 # A column chunk falls back from dictionary to plain encoding once its dictionary passes this:
 # low-cardinality columns (partition values, row kinds, enums) keep their dictionaries, while
 # unique keys, measures and free text stop paying for a dictionary that saves nothing (Arrow's
-# 1 MB default never falls back within a 32k-row group: writes took 3x the CPU, files were larger).
+# 1 MB default never falls back within a row group: writes cost more CPU and files grew).
 DICTIONARY_PAGE_LIMIT = 16 * 1024
 # A writer samples its columns' cardinality (see DataFileWriter._encodings) for its first file and
-# again every this many files: sampling costs about 1 ms a file, a fifth of writing 25k rows.
+# again every this many files: sampling every file would cost a noticeable share of small writes.
 ENCODING_SAMPLE_FILES = 16
 
 
@@ -287,8 +286,8 @@ class DataFileWriter:
 def _sorted_integers(schema: TableSchema) -> list[str]:
     """The integer columns of a primary-key file that (nearly) ascend: the sequence numbers (in
     arrival order), and each integer key field, as a key column and as a value column (rows are in
-    key order). DELTA_BINARY_PACKED stores them as small differences: 2-3x faster to write and
-    read than plain or dictionary pages (a unique key never fits a dictionary), and smaller."""
+    key order). DELTA_BINARY_PACKED stores them as small differences: faster to write and read
+    than plain or dictionary pages (a unique key never fits a dictionary), and smaller."""
     keys = [f.name for f in schema.key_fields() if _delta_type(f.type.to_arrow())]
     return [SEQUENCE_NUMBER, *(KEY_PREFIX + k for k in keys), *keys]
 

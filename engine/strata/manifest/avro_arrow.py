@@ -1,13 +1,13 @@
 """Avro files decoded into Arrow columns by polars' native Avro reader, when polars is installed.
 
-fastavro builds a Python dict per record: some 16 µs for a manifest entry, most of the time
-it takes to plan a table of 100,000 files. polars decodes the same blocks natively, about six
-times faster. The framing (header, blocks, sync markers, codecs, checksums) stays with
-``avro_container``, which hands polars one uncompressed file of the checked blocks: polars
-lacks the zstandard codec, and its errors would not name the block. Whatever polars refuses
-(a schema shape it does not know, a record it cannot decode) returns None, and the caller
-decodes with fastavro, which either reads it or names the fault. Small files decode with
-fastavro until polars is loaded anyway: a short job reading a small table skips its import.
+fastavro builds a Python dict per record, which is most of the time it takes to plan a table of
+many files; polars decodes the same blocks natively, several times faster. The framing (header,
+blocks, sync markers, codecs, checksums) stays with ``avro_container``, which hands polars one
+uncompressed file of the checked blocks: polars lacks the zstandard codec, and its errors would
+not name the block. Whatever polars refuses (a schema shape it does not know, a record it cannot
+decode) returns None, and the caller decodes with fastavro, which either reads it or names the
+fault. Small files decode with fastavro until polars is loaded anyway: a short job reading a
+small table skips its import.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import pyarrow as pa
 
 from strata.manifest.avro_container import plain_container, strip_logical_types
 
-# Importing polars costs about 0.2 s, what fastavro takes for some 12,000 entries: a smaller
-# file is not worth that import, only the use of a polars already loaded.
+# Importing polars costs as much as fastavro decoding thousands of entries: a smaller file is not
+# worth that import, only the use of a polars already loaded.
 MIN_RECORDS_TO_LOAD = 5_000
 
 
