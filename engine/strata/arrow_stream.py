@@ -13,6 +13,7 @@ consumer gets a fresh stream of the same rows. Batches come split after split fr
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
@@ -20,6 +21,28 @@ from strata.expressions import Predicate
 from strata.scan.planner import DataSplit, Plan
 from strata.store import FileStore, HasStore, store_of
 from strata.table.read import TableRead, scan_as_of
+
+if TYPE_CHECKING:
+    from strata.schema.table_schema import TableSchema
+    from strata.snapshot.snapshot_manager import SnapshotManager
+    from strata.store.identifier import Identifier
+
+
+class TableLike(HasStore, Protocol):
+    """What the data-stack adapters (strata.polars, strata.duckdb) need of a table; the ``Table``
+    facade is one. A protocol, so that the adapters, which the facade's methods call, do not
+    import the facade back."""
+
+    @property
+    def identifier(self) -> Identifier: ...
+
+    @property
+    def schema(self) -> TableSchema: ...
+
+    @property
+    def snapshot_manager(self) -> SnapshotManager: ...
+
+    def on_branch(self, name: str) -> TableLike: ...
 
 
 class ArrowScan:

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from strata.arrow_stream import ArrowScan
+from strata.arrow_stream import ArrowScan, TableLike
 from strata.errors import FilterError
 from strata.expressions import Leaf, Predicate
 from strata.expressions.literals import bind
@@ -31,14 +31,13 @@ from strata.expressions.literals import bind
 if TYPE_CHECKING:
     import duckdb
 
-    from strata.table.table import Table
 
 _COMPARISONS = {"equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le", "greater": "gt",
                 "greater_equal": "ge"}
 _FLIPPED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 
 
-def register(table: Table, con: duckdb.DuckDBPyConnection | None = None, name: str | None = None,
+def register(table: TableLike, con: duckdb.DuckDBPyConnection | None = None, name: str | None = None,
              snapshot_id: int | None = None, tag: str | None = None) -> duckdb.DuckDBPyConnection:
     """Register `table` as `name` (default: the table's name) in `con` (default: a new in-memory
     connection), pinned to `snapshot_id`, `tag`, else the latest snapshot now; returns `con`."""
@@ -51,7 +50,7 @@ def register(table: Table, con: duckdb.DuckDBPyConnection | None = None, name: s
     return con
 
 
-def strata_dataset(table: Table, snapshot_id: int | None = None, tag: str | None = None) -> ds.Dataset:
+def strata_dataset(table: TableLike, snapshot_id: int | None = None, tag: str | None = None) -> ds.Dataset:
     """A pyarrow dataset whose scanner reads `table` through Strata's scan (see the module)."""
     schema = ArrowScan(table, snapshot_id=snapshot_id, tag=tag).schema
     dataset = _StrataDataset(schema.empty_table())
@@ -63,7 +62,7 @@ class _StrataDataset(ds.InMemoryDataset):
     """Only ``scanner`` is Strata's: DuckDB's Arrow scan calls it with its pushed-down columns
     and filter (the in-memory table it wraps is empty, for the schema)."""
 
-    strata: tuple[Table, int | None, str | None]
+    strata: tuple[TableLike, int | None, str | None]
 
     def scanner(self, columns: list[str] | None = None, filter: pc.Expression | None = None,
                 **kwargs: Any) -> ds.Scanner:
@@ -152,7 +151,7 @@ def _field_refs(tree: Any) -> set[str]:
     return set().union(*(_field_refs(a) for a in tree[2])) if tree[2] else set()
 
 
-def _conjunction(tree: Any, table: Table) -> Predicate | None:
+def _conjunction(tree: Any, table: TableLike) -> Predicate | None:
     """The conjuncts of `tree` that have a Strata form, bound to the table's schema (None: none)."""
     parts = [p for p in (_bound(_predicate(c, table), table) for c in _conjuncts(tree)) if p is not None]
     if not parts:
@@ -169,14 +168,14 @@ def _conjuncts(tree: Any) -> list[Any]:
     return [tree]
 
 
-def _bound(predicate: Predicate | None, table: Table) -> Predicate | None:
+def _bound(predicate: Predicate | None, table: TableLike) -> Predicate | None:
     try:
         return bind(predicate, table.schema)
     except (FilterError, ValueError, TypeError, pa.ArrowException):
         return None  # e.g. a constant of another type: DuckDB's filter decides
 
 
-def _predicate(tree: Any, table: Table) -> Predicate | None:
+def _predicate(tree: Any, table: TableLike) -> Predicate | None:
     """The Strata predicate selecting exactly the rows `tree` selects, or None."""
     if tree[0] != "call":
         return None
@@ -202,6 +201,6 @@ def _predicate(tree: Any, table: Table) -> Predicate | None:
     return None
 
 
-def _exact(table: Table, name: str) -> bool:
+def _exact(table: TableLike, name: str) -> bool:
     """A column whose comparisons Strata decides as Arrow does (not floats: NaN)."""
     return name in table.schema.field_names and not pa.types.is_floating(table.schema.field(name).type.to_arrow())

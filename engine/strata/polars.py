@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from strata.arrow_stream import ArrowScan
+from strata.arrow_stream import ArrowScan, TableLike
 from strata.errors import FilterError
 from strata.expressions import Leaf, Predicate
 from strata.expressions.literals import bind
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     import polars as pl
 
     from strata.schema.table_schema import TableSchema
-    from strata.table.table import Table
 
 _COMPARISONS = {"Eq": "eq", "NotEq": "ne", "Lt": "lt", "LtEq": "le", "Gt": "gt", "GtEq": "ge"}
 _FLIPPED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
@@ -36,7 +35,7 @@ _NULL_CHECKS = {"IsNull": "is_null", "IsNotNull": "is_not_null"}
 _UNTRANSLATED = object()
 
 
-def scan(table: Table, snapshot_id: int | None = None, tag: str | None = None,
+def scan(table: TableLike, snapshot_id: int | None = None, tag: str | None = None,
          branch: str | None = None) -> pl.LazyFrame:
     """The table as a LazyFrame, pinned to one snapshot: `snapshot_id`, `tag`, else the latest
     of `branch` (default: the table's) when this is called."""
@@ -193,7 +192,7 @@ def _list_literal(node: dict[str, Any]) -> list[Any] | None:
     return values[0]
 
 
-def to_polars(table: Table, columns: Sequence[str] | None = None, filter: Predicate | None = None,
+def to_polars(table: TableLike, columns: Sequence[str] | None = None, filter: Predicate | None = None,
               snapshot_id: int | None = None, tag: str | None = None) -> pl.DataFrame:
     """The rows as one Polars DataFrame (eager), from the Arrow stream without copies."""
     import polars as pl
