@@ -9,6 +9,7 @@ SEEDS as a regression test).
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,26 @@ def test_a_failure_shrinks_to_the_operations_it_needs(monkeypatch: pytest.Monkey
     replayed = run(shrunk.scenario)
     assert replayed.failure is not None and replayed.failure.signature == failing.failure.signature
     assert f"make simulate SEED=3 STEPS={STEPS} ONLY=" in describe(shrunk)
+
+
+def test_orphan_cleanup_that_deletes_a_live_file_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted orphan cleanup that also deletes a data file the latest snapshot names: the
+    query run before it no longer runs after it, and the step fails saying so."""
+    from strata.operation import orphan
+    from strata.table.table import Table
+
+    real_remove = Table.remove_orphan_files
+
+    def remove_with_a_live_file(self: Table, *args: object, **kwargs: object) -> object:
+        result = real_remove(self, *args, **kwargs)
+        used = orphan.used_files(self.store)
+        table_dir = Path(self.store.path.removeprefix("file://"))
+        live = sorted(p for p in table_dir.rglob("data-*.parquet") if p.name in used)
+        live[0].unlink()
+        return result
+
+    monkeypatch.setattr(Table, "remove_orphan_files", remove_with_a_live_file)
+    result = run(Scenario(6, STEPS, (0, 1)))  # a write, then orphan cleanup
+    assert result.failure is not None and result.failure.op == "remove_orphans", describe(result)
+    assert result.failure.error == "OperationFailed", describe(result)
+    assert "orphan cleanup broke a read that it must not change" in result.failure.message

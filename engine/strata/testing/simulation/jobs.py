@@ -17,6 +17,7 @@ import copy
 import datetime as dt
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,13 +51,17 @@ class Committer:
 
     name: str
     batches: list[Batch]
+    latest: Callable[[], int]  # the table's latest snapshot id, read without faults
     results: list[Any] = field(default_factory=list)
+    # the latest snapshot right after each acknowledged commit: what a plain read would have read
+    read_after: list[int] = field(default_factory=list)
 
     def act(self, catalog: Any) -> int:
         table = catalog.get_table(TABLE)
         for batch in self.batches:
             self.results.append(table.write(batch.data, row_kind=batch.kinds, commit_user=batch.user,
                                             identifier=batch.identifier))
+            self.read_after.append(self.latest())
         return len(self.results)
 
 
@@ -110,7 +115,7 @@ def _plan_writers(ctx: Any, rng: random.Random, arrow_of: Any) -> list[Committer
             if rows:
                 kinds = _row_kinds(ctx.model, rng, len(rows))
                 batches.append(Batch(f"sim-{name}", base + b + 1, rows, kinds, arrow_of(ctx, rows)))
-        committers.append(Committer(name, batches))
+        committers.append(Committer(name, batches, _latest_of(ctx)))
     ctx.identifier = base + 2
     if not ctx.model.is_primary and rng.random() < 0.5:
         for job in ("s0", "s1"):
@@ -118,8 +123,16 @@ def _plan_writers(ctx: Any, rng: random.Random, arrow_of: Any) -> list[Committer
             count = rng.randint(1, 3)
             batches = [_shared_batch(ctx, rng, arrow_of, start + n + 1) for n in range(count)]
             ctx.shared_identifiers[job] = start + count
-            committers.append(Committer(job, batches))
+            committers.append(Committer(job, batches, _latest_of(ctx)))
     return committers
+
+
+def _latest_of(ctx: Any) -> Callable[[], int]:
+    def latest() -> int:
+        snapshot = ctx.table.latest_snapshot()
+        return snapshot.id if snapshot else 0
+
+    return latest
 
 
 def _claim(model: TableModel, owner: dict[tuple[Any, ...], str], row: Row, name: str) -> bool:
@@ -243,8 +256,9 @@ def _ids_at(ctx: Any, snapshot_id: int) -> set[Any]:
 
 # -- visibility -----------------------------------------------------------------------------------
 def _check_visible(ctx: Any, committers: list[Committer], landed: dict[str, list[bool]]) -> None:
-    """After a writer's last acknowledged batch, the snapshot its commit left shows the rows of
-    that batch as the model has them, unless the result said `not_yet_visible`."""
+    """After a writer's last acknowledged batch, a plain read (of the latest snapshot as the
+    commit returned) shows the rows of that batch as the model has them, unless the result said
+    `not_yet_visible`."""
     for committer in committers:
         if not committer.results or committer.results[-1].skipped_as_duplicate:
             continue
@@ -252,7 +266,7 @@ def _check_visible(ctx: Any, committers: list[Committer], landed: dict[str, list
         if getattr(result, "not_yet_visible", None):
             continue
         last = committer.batches[len(committer.results) - 1]
-        snapshot_id = max([*result.snapshot_ids, *getattr(result, "retried_compaction_ids", [])])
+        snapshot_id = committer.read_after[-1]
         if snapshot_id not in {s.id for s in ctx.table.snapshots()}:
             continue
         acknowledged = len(committer.results)  # a batch that landed after it is not in that snapshot
@@ -263,7 +277,7 @@ def _check_visible(ctx: Any, committers: list[Committer], landed: dict[str, list
                if _own(ctx.model, r, last)]
         if got != expected:
             missing, extra = [r for r in expected if r not in got], [r for r in got if r not in expected]
-            raise Mismatch(f"{committer.name}: snapshot {snapshot_id}, which its last commit left, shows "
+            raise Mismatch(f"{committer.name}: snapshot {snapshot_id}, the latest as its last commit returned, shows "
                            f"{len(got)} rows of its last batch, the model {len(expected)}; missing {missing[:3]}, "
                            f"unexpected {extra[:3]}")
 

@@ -19,7 +19,14 @@ import pyarrow as pa
 
 from strata.errors import StrataError
 from strata.testing.simulation.model import Column, Row, TableModel
-from strata.testing.simulation.readers import Mismatch, matcher, random_filter, random_rows, to_predicate
+from strata.testing.simulation.readers import (
+    Mismatch,
+    actual_rows,
+    matcher,
+    random_filter,
+    random_rows,
+    to_predicate,
+)
 from strata.testing.simulation.schemas import WIDENINGS, TableSpec, reserved_columns
 from strata.testing.simulation.values import atomic_value, random_value
 
@@ -257,10 +264,27 @@ def _expire_snapshots(ctx: Context, rng: random.Random) -> str:
 
 
 def _remove_orphans(ctx: Context, rng: random.Random) -> str:
-    """Every file no snapshot, tag or branch names goes (nothing runs concurrently here)."""
+    """Every file no snapshot, tag or branch names goes (nothing runs concurrently here); no
+    query changes: the latest snapshot and every tag read the same before and after."""
+    before = _query_answers(ctx)
     result = ctx.table.remove_orphan_files(older_than=dt.datetime.now())
+    try:
+        after = _query_answers(ctx)
+    except Exception as exc:  # a file a snapshot or tag names is gone
+        raise OperationFailed(f"orphan cleanup broke a read that it must not change: {exc!r}") from exc
+    changed = sorted(name for name in before if before[name] != after[name])
+    if changed:
+        raise OperationFailed(f"orphan cleanup changed what {changed} read (it deleted "
+                              f"{len(getattr(result, 'deleted', []) or [])} files)")
     deleted = len(getattr(result, "deleted", []) or [])
     return "some" if deleted else "none"
+
+
+def _query_answers(ctx: Context) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows of the latest snapshot and of each tag, in a comparable form."""
+    reads = {"latest": ctx.table.to_arrow()}
+    reads.update({f"tag {name}": ctx.table.to_arrow(tag=name) for name in sorted(ctx.model.tags)})
+    return {name: actual_rows(table, table.column_names) for name, table in reads.items()}
 
 
 # -- schema evolution -------------------------------------------------------------------------------
