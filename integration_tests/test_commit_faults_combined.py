@@ -103,7 +103,7 @@ def run_batch(catalog: Any, job: int, seq: int, tried: list[bool]) -> list[int]:
 def shared_user_job(warehouse: str, options: dict[str, str], job: int, start: Any, out: Any) -> None:
     """Commit JOB_BATCHES batches with the shared commit user and no identifier, each run again
     until it succeeds or is found in the table; reports the snapshots each commit named."""
-    report = {**new_report(f"job-{job}"), "acknowledged": {}}
+    report = {**new_report(f"writer-{job}"), "acknowledged": {}}
     rng = random.Random(f"{SEED}:job:{job}")
     try:
         start.wait(timeout=300)
