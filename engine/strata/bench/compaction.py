@@ -1,4 +1,4 @@
-"""LSM compaction benchmarks (issue 4), an extension of ``strata.bench`` (see strata.bench.spec).
+"""LSM compaction benchmarks, an extension of ``strata.bench`` (see strata.bench.spec).
 
 Table layout: the W2 table's (partitioned by dt, primary key (dt, id), one bucket per partition,
 so four buckets of ~250k base rows; zstd level 1), with the default compaction options

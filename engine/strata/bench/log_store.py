@@ -1,4 +1,4 @@
-"""Kafka log store benchmarks (issue 7), an extension of ``strata.bench`` (see strata.bench.spec).
+"""Kafka log store benchmarks, an extension of ``strata.bench`` (see strata.bench.spec).
 
 LOG_LATENCY_EVENTUAL / LOG_LATENCY_TRANSACTIONAL: a writer thread calls ``TableWrite.write_arrow``
 with 1,000 rows every 100 ms (10,000 rows/s) for 60 s at scale 1 (scale shortens the duration;

@@ -157,8 +157,8 @@ def _load_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
 
 def _refresh_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
     """Seconds per round of the rounds after the first. The first Spark write after the query phase
-    starts Python workers afresh (PySpark stops a worker idle for a minute; a small write took
-    3.75 s after 75 s idle, 0.4 to 0.65 s after 20 or 45 s); Trino's first statements warm it."""
+    starts Python workers afresh (PySpark stops idle ones), and Trino's first statements warm it:
+    the first round is reported beside the ratio, not in it."""
     first, *rounds = parts["tpch"]["refresh"]
     visible = sorted(x["visibility_s"] for x in rounds)
     strata = sum(x["strata_s"] for x in rounds) / len(rounds)
