@@ -336,6 +336,7 @@ def test_paimon_rest_commit_succeeds_when_its_catalog_fails_after_publishing(min
             server.server_close()
         print(f"\nrest: injected {net.injected()}; failed runs {failures}")
         assert net.injected()["pg"]["outage"] == 1, net.injected()
-        assert not failures and not commit_errors(server), (failures, commit_errors(server))
+        answered = commit_errors(server)
+        assert not answered and not failures, f"commit requests answered 5xx: {answered}; failed job runs: {failures}"
         ids = load(net.warehouse, net.direct, "db.events").to_arrow(columns=["id"]).column("id").to_pylist()
         assert Counter(ids) == Counter(range(ROWS)), f"rows after {len(failures) + 1} runs: {sorted(ids)}"
