@@ -68,8 +68,41 @@ def _with_kind(rows: pa.Table, kind: int, order: int, seq: pa.ChunkedArray | pa.
 def _equal_values(left: pa.Table, right: pa.Table, names: Sequence[str]) -> np.ndarray:
     equal = np.ones(left.num_rows, dtype=bool)
     for name in names:
-        lhs, rhs = left.column(name), right.column(name)
-        same = pc.fill_null(pc.equal(lhs, rhs), False).to_numpy(zero_copy_only=False)
-        both_null = (pc.is_null(lhs).to_numpy(zero_copy_only=False) & pc.is_null(rhs).to_numpy(zero_copy_only=False))
-        equal &= same | both_null
+        equal &= _same(left.column(name).combine_chunks(), right.column(name).combine_chunks())
     return equal
+
+
+def _same(lhs: pa.Array, rhs: pa.Array) -> np.ndarray:
+    """Per row: the values are equal, or both null. Arrow's `equal` has no kernel for nested
+    types, so ROW fields are compared one by one and ARRAY, MULTISET and MAP elements in bulk:
+    one comparison over the flattened elements, reduced per row."""
+    null_l = lhs.is_null().to_numpy(zero_copy_only=False)
+    null_r = rhs.is_null().to_numpy(zero_copy_only=False)
+    kind = lhs.type
+    if pa.types.is_struct(kind):
+        same = np.ones(len(lhs), dtype=bool)
+        for left_field, right_field in zip(lhs.flatten(), rhs.flatten(), strict=True):
+            same &= _same(left_field, right_field)
+    elif pa.types.is_map(kind):
+        entries = pa.list_(pa.struct([kind.key_field, kind.item_field]))
+        same = _same_lists(lhs.cast(entries), rhs.cast(entries))
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        same = _same_lists(lhs, rhs)
+    else:
+        same = pc.fill_null(pc.equal(lhs, rhs), False).to_numpy(zero_copy_only=False)
+    return np.where(null_l | null_r, null_l & null_r, same)
+
+
+def _same_lists(lhs: pa.Array, rhs: pa.Array) -> np.ndarray:
+    """Per row of two list arrays (nulls are settled by the caller): same length, same elements."""
+    length_l = pc.fill_null(pc.list_value_length(lhs), 0).to_numpy(zero_copy_only=False)
+    length_r = pc.fill_null(pc.list_value_length(rhs), 0).to_numpy(zero_copy_only=False)
+    valid = (lhs.is_valid().to_numpy(zero_copy_only=False) & rhs.is_valid().to_numpy(zero_copy_only=False))
+    same = length_l == length_r
+    compared = same & valid & (length_l > 0)
+    if compared.any():
+        chosen = pa.array(compared)
+        elements = _same(pc.list_flatten(lhs.filter(chosen)), pc.list_flatten(rhs.filter(chosen)))
+        starts = np.concatenate(([0], np.cumsum(length_l[compared])[:-1]))
+        same[compared] = np.logical_and.reduceat(elements, starts)
+    return same

@@ -34,8 +34,9 @@ from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.anti_join import _key_codes
 from strata.mergetree.compact.task import CompactResult, FileReader, run_compaction
 from strata.mergetree.compact.universal import CompactUnit
+from strata.mergetree.key_sets import key_mask, unique_keys
 from strata.mergetree.levels import KeyOrder
-from strata.mergetree.lookup import Found, LevelLookup, key_mask, unique_keys
+from strata.mergetree.lookup import Found, LevelLookup
 from strata.mergetree.merge_function import DeduplicateMerge, MergeFunction, drop_retractions
 from strata.mergetree.sorting import group_ends, sort_by_key
 from strata.schema.table_schema import SEQUENCE_NUMBER

@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -31,6 +30,7 @@ from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.changelog import diff_changelog
 from strata.mergetree.compact.task import FileReader
 from strata.mergetree.compact.universal import CompactUnit
+from strata.mergetree.key_sets import key_mask, rows_with_keys, unique_keys
 from strata.mergetree.levels import KeyOrder, SortedRun
 from strata.mergetree.merge_function import (
     INSERT,
@@ -42,8 +42,6 @@ from strata.mergetree.merge_function import (
 )
 from strata.mergetree.sorting import sort_by_key
 from strata.schema.table_schema import SEQUENCE_NUMBER, VALUE_KIND
-
-_ROW = "__strata_lookup_row"
 
 
 @dataclass
@@ -139,32 +137,6 @@ class LevelLookup:
             return True
         inside = pc.and_(pc.greater_equal(column, lower), pc.less_equal(column, upper))
         return bool(pc.any(inside).as_py())
-
-
-def unique_keys(table: pa.Table, key_names: Sequence[str]) -> pa.Table:
-    if len(key_names) == 1:
-        return pa.table({key_names[0]: pc.unique(table.column(key_names[0]))})
-    return table.select(list(key_names)).group_by(list(key_names)).aggregate([])
-
-
-def rows_with_keys(table: pa.Table, keys: pa.Table, key_names: Sequence[str]) -> pa.Table:
-    """The rows of `table` whose key is one of `keys`, in their original order."""
-    if table.num_rows == 0:
-        return table
-    return table.filter(pa.array(key_mask(table, keys, key_names)))
-
-
-def key_mask(table: pa.Table, keys: pa.Table, key_names: Sequence[str]) -> np.ndarray:
-    """True for the rows of `table` whose key is one of `keys`."""
-    if len(key_names) == 1:
-        name = key_names[0]
-        return pc.is_in(table.column(name), value_set=keys.column(name)).to_numpy(zero_copy_only=False)
-    # join on the key columns alone (with a row index), so any payload column type is fine
-    probe = table.select(list(key_names)).append_column(_ROW, pa.array(np.arange(table.num_rows)))
-    matched = probe.join(keys, keys=list(key_names), join_type="left semi").column(_ROW).to_numpy()
-    mask = np.zeros(table.num_rows, dtype=bool)
-    mask[matched] = True
-    return mask
 
 
 def _concat(tables: Sequence[pa.Table]) -> pa.Table | None:

@@ -19,6 +19,7 @@ import pyarrow as pa
 from strata.io.arrays import to_numpy
 from strata.mergetree.anti_join import anti_join_applies, anti_join_merge
 from strata.mergetree.changelog import diff_changelog
+from strata.mergetree.key_sets import rows_with_keys, unique_keys
 from strata.mergetree.merge_function import DeduplicateMerge, MergeFunction
 from strata.mergetree.sorting import _numeric, group_ends, sort_by_key
 from strata.schema.table_schema import SEQUENCE_NUMBER
@@ -123,9 +124,9 @@ class ChangelogSink:
         """Only keys that new data touched change; keys seen only in the top run do not."""
         if touched_keys.num_rows == 0:
             return
-        keys = touched_keys.select(self.key_names)
-        before = before.join(keys, keys=self.key_names, join_type="left semi") if before.num_rows else before
-        after = after.join(keys, keys=self.key_names, join_type="left semi")
+        keys = unique_keys(touched_keys, self.key_names)
+        before = rows_with_keys(before, keys, self.key_names)
+        after = rows_with_keys(after, keys, self.key_names)
         changes = diff_changelog(before, after, self.key_names, self.value_names, self.row_deduplicate)
         if changes.num_rows:
             self.tables.append(changes)
