@@ -133,12 +133,7 @@ class FileStoreCommit:
         if append or append_log or append_index:
             changes.append(_Change(CommitKind.APPEND, append, changelog=append_log, index=append_index,
                                    hash_claims=[c for m in messages for c in m.hash_claims]))
-        compact = [e for m in messages for e in (*_entries(m, m.compact_before, FileKind.DELETE),
-                                                 *_entries(m, m.compact_after, FileKind.ADD))]
-        compact_log = [e for m in messages for e in _entries(m, m.compact_changelog_files, FileKind.ADD)]
-        compact_index = [e for m in messages for e in m.compact_index_changes]
-        if compact or compact_log or compact_index:
-            changes.append(_Change(CommitKind.COMPACT, compact, changelog=compact_log, index=compact_index))
+        changes.extend(_compaction_changes(messages))
         if not changes and identifier == BATCH_COMMIT_IDENTIFIER:
             return CommitResult()
         if not changes:  # streaming: an empty commit still records progress of this identifier
@@ -148,7 +143,9 @@ class FileStoreCommit:
     def overwrite(self, messages: Sequence[CommitMessage], partitions: list[bytes] | None,
                   identifier: int = BATCH_COMMIT_IDENTIFIER,
                   properties: dict[str, str] | None = None) -> CommitResult:
-        """Replace the given partitions (None: the whole table) with the messages' new files."""
+        """Replace the given partitions (None: the whole table) with the messages' new files, then
+        publish the writer's compaction of them (a COMPACT, as Paimon's overwrite does): readers
+        of deletion-vector and first-row tables skip the level-0 files the OVERWRITE adds."""
         self._known_latest, self._may_have_published = None, False
         replay = self.replay_of(identifier)
         if replay is not None:
@@ -163,7 +160,7 @@ class FileStoreCommit:
         change = _Change(CommitKind.OVERWRITE, entries, overwrite_partitions=partitions or [], changelog=changelog,
                          index=hash_files, hash_claims=[c for m in messages for c in m.hash_claims])
         with self._settling(merged):
-            return self._commit_changes([change], identifier, properties, None)
+            return self._commit_changes([change, *_compaction_changes(messages)], identifier, properties, None)
 
     def _merge_hash_index_files(self, messages: Sequence[CommitMessage]) -> MergedIndexFiles:
         """Dynamic buckets: several writers' index files of one bucket become one (their union)."""
@@ -518,6 +515,17 @@ def key_decoder(schema: TableSchema) -> Callable[[bytes], tuple]:
 
     types = [f.type.to_arrow() for f in schema.key_fields()]
     return lambda data: tuple(binary_row.deserialize(data, types))
+
+
+def _compaction_changes(messages: Sequence[CommitMessage]) -> list[_Change]:
+    """The messages' compaction as one COMPACT change, or none."""
+    compact = [e for m in messages for e in (*_entries(m, m.compact_before, FileKind.DELETE),
+                                             *_entries(m, m.compact_after, FileKind.ADD))]
+    compact_log = [e for m in messages for e in _entries(m, m.compact_changelog_files, FileKind.ADD)]
+    compact_index = [e for m in messages for e in m.compact_index_changes]
+    if not (compact or compact_log or compact_index):
+        return []
+    return [_Change(CommitKind.COMPACT, compact, changelog=compact_log, index=compact_index)]
 
 
 def _entries(message: CommitMessage, files: list, kind: FileKind) -> list[ManifestEntry]:

@@ -79,7 +79,8 @@ class TableCommit:
                   identifier: int = BATCH_COMMIT_IDENTIFIER, dynamic: bool = False,
                   properties: Mapping[str, str] | None = None) -> TableCommitResult:
         """Replace a static partition (`partition`), the partitions the data touches (`dynamic`),
-        or, with neither, the whole table."""
+        or, with neither, the whole table. The writer's compaction of the new files follows the
+        OVERWRITE (a COMPACT), with the outcomes of `commit` when it fails after it."""
         self._check_open()
         targets: list[bytes] | None = None
         if partition is not None:
@@ -89,8 +90,11 @@ class TableCommit:
             targets = sorted({m.partition for m in messages})
             if not targets:
                 return TableCommitResult()
-        return self._committed(messages, identifier, lambda: self._commit.overwrite(
+        result = self._committed(messages, identifier, lambda: self._commit.overwrite(
             messages, targets, identifier, dict(properties or {}) or None))
+        if result.compaction_failure is not None:
+            self._after_abandoned_compaction(messages, result)
+        return result
 
     def callbacks(self, log_commit: LogCommit | None = None) -> list[CommitCallback]:
         """The work after a commit, in its order (each failure is reported, never raised):

@@ -106,8 +106,9 @@ class TableWrite:
         `commit_user` names the writer for the log store's transactions (log.system=kafka);
         `sequence_offset` starts this writer's sequence numbers that far above the bucket's
         current maximum, so parallel writers of one commit (Spark tasks) never tie on a key;
-        `overwrite`: the rows replace what their partitions hold, so dynamic buckets are placed
-        from an empty hash index (Paimon's ignore-previous-files)."""
+        `overwrite`: the rows replace what their partitions hold, so the buckets start empty
+        (Paimon's ignore-previous-files): no files, deletion vectors or hash index restored, and
+        the writer's compaction involves only the new rows."""
         self.store = table = store_of(table)
         self.commit_user = commit_user
         self.sequence_offset = sequence_offset
@@ -121,8 +122,9 @@ class TableWrite:
         self.buffer_limit = int(self.core.get("write-buffer-size"))
         self.writers: dict[tuple[bytes, int], BucketWriter] = {}
         self.partition_dirs: dict[bytes, str] = {}
-        self._restored: dict[tuple[bytes, int], list[DataFileMeta]] | None = None
-        self._restored_index: dict[tuple[bytes, int], list[IndexManifestEntry]] | None = None
+        # None until read from the latest snapshot; an overwrite restores nothing
+        self._restored: dict[tuple[bytes, int], list[DataFileMeta]] | None = {} if overwrite else None
+        self._restored_index: dict[tuple[bytes, int], list[IndexManifestEntry]] | None = {} if overwrite else None
         self.write_only = not compaction if compaction is not None else bool(self.core.get("write-only"))
         full_every = self.core.get("full-compaction.delta-commits")
         self.full_compaction_every = int(full_every) if full_every is not None else None
@@ -139,7 +141,7 @@ class TableWrite:
             self.schema, self.core.target_file_size(bool(self.schema.primary_keys)),
             "none" if compression == "uncompressed" else compression,
             int(level) if compression == "zstd" else None, self.core.stats_truncate_length())
-        self.assigner = self._new_assigner(overwrite)
+        self.assigner = self._new_assigner()
         self._feedback: CommitFeedback | None = None  # the last prepare_commit's (see CommitFeedback)
         self.closed = False
         self.write_metrics = metrics.WriteMetrics(str(table.identifier), self.buffer_limit)
@@ -227,17 +229,16 @@ class TableWrite:
             buckets[rows] = self.assigner.assign(partitions[int(part_codes[rows[0]])], hashes[rows])
         return buckets
 
-    def _new_assigner(self, overwrite: bool) -> DynamicBucketAssigner | None:
+    def _new_assigner(self) -> DynamicBucketAssigner | None:
         if not self.schema.primary_keys or self.num_buckets != -1:
             return None
         file_io, table_path = self.store.file_io, self.store.path
-        entries = list if overwrite else self._index_entries
-        return DynamicBucketAssigner(entries, lambda e: read_hashes(file_io, table_path, e),
+        return DynamicBucketAssigner(self._index_entries, lambda e: read_hashes(file_io, table_path, e),
                                      int(self.core.get("dynamic-bucket.target-row-num")),
                                      int(self.core.get("dynamic-bucket.max-buckets")), self.where)
 
     def _index_entries(self) -> list[IndexManifestEntry]:
-        """The live index files of the latest snapshot, read once per writer."""
+        """The live index files of the latest snapshot, read once per writer (none for an overwrite)."""
         if self._restored_index is None:
             latest = self.store.snapshot_manager.latest()
             self._restored_index = {}
