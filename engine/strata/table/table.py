@@ -24,7 +24,7 @@ from strata.snapshot.snapshot import Snapshot
 from strata.snapshot.snapshot_manager import SnapshotManager
 from strata.snapshot.tags import TagInfo, TagManager
 from strata.store import FileStore, Identifier, PublishFn
-from strata.table.commit import TableCommit
+from strata.table.commit import TableCommit, TableCommitResult
 from strata.table.read import TableRead, read_arrow, read_batches, read_changes
 from strata.table.system_tables import read_system_table
 from strata.table.write import TableWrite, write_messages
@@ -167,7 +167,7 @@ class Table:
     # -- one-call API ---------------------------------------------------------------------------
     def write(self, data: pa.Table | pa.RecordBatch | pd.DataFrame, mode: str = "append",
               row_kind: Any = None, partition: Mapping[str, Any] | None = None,
-              commit_user: str | None = None, identifier: int | None = None) -> CommitResult:
+              commit_user: str | None = None, identifier: int | None = None) -> TableCommitResult:
         """Write and commit in one call. mode: 'append' (upsert for PK tables), 'overwrite'
         (whole table, or the static `partition`), 'overwrite-dynamic' (partitions written)."""
         if mode not in ("append", "overwrite", "overwrite-dynamic"):
@@ -186,7 +186,7 @@ class Table:
             return commit.commit(messages, ident)
         return commit.overwrite(messages, partition, ident, dynamic=mode == "overwrite-dynamic")
 
-    def delete(self, keys: pa.Table | pd.DataFrame) -> CommitResult:
+    def delete(self, keys: pa.Table | pd.DataFrame) -> TableCommitResult:
         """Delete rows by primary key: `keys` holds the primary-key columns (and the partition
         columns outside the key); other columns may be left out."""
         from strata.table.conform import deletion_keys, to_arrow_table
