@@ -34,7 +34,7 @@ from strata.bench.spec import Target, Workload
 CORE_WORKLOADS = ("W1", "W2", "W3", "W4", "MINIO_COMMIT", "W1_minio", "W3_minio")
 # modules of strata.bench defining further workloads (see strata.bench.spec), in report order
 EXTENSIONS = ("compaction", "deletion_vectors", "spark_stream", "log_store", "lookup_changelog", "growth",
-              "cold_read", "trino", "dynamic_bucket", "tpch")
+              "cold_read", "trino", "dynamic_bucket", "tpch", "python_stack")
 
 
 def extension_workloads() -> dict[str, Workload]:
