@@ -227,8 +227,8 @@ class DataFileWriter:
         """Pages of PAGE_ROWS rows, the same rows in every column, in level-0 files of primary-key
         tables: sorted by key, and what a key-range read merges many of (a few pages of each are
         decoded, strata.io.page_index). Other files keep Arrow's pages (up to 20k rows or 1 MB):
-        each page costs a reader a decompression (Trino scanned 4096-row pages with 1.5x the CPU,
-        pyarrow decoded a file 25% slower), and the files above level 0 are the ones Trino reads
+        each page costs a reader a decompression (small pages make full scans, Trino's and
+        pyarrow's, cost more CPU), and the files above level 0 are the ones Trino reads
         (deletion-vector tables) and full compactions leave; unsorted (append) values prune no page."""
         small = self.has_key and level == 0
         return {"max_rows_per_page": PAGE_ROWS, "write_batch_size": PAGE_ROWS} if small else {}
