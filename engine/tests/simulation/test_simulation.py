@@ -34,12 +34,13 @@ KNOWN_FAILURES = {
 REGRESSIONS = {
     11: (40, (0, 2), "Table.delete(keys) on a table with a NOT NULL ARRAY/MAP column failed: the filler of "
                      "the missing columns was null for nested types (strata.table.conform._filler)"),
-    8: (40, (6,), "write(mode='overwrite') on a primary-key table with deletion vectors publishes one "
-                  "OVERWRITE snapshot whose rows sit in level 0, which batch reads skip: the table reads "
-                  "empty (also first-row tables)"),
-    34: (40, (1, 3, 8), "changelog-producer=full-compaction on a table with a MAP (or ROW of LIST) column: "
-                        "the compaction's changelog joins rows with Arrow's hash join, which refuses nested "
-                        "non-key columns (strata.mergetree.merge_reader.ChangelogSink.add): ArrowInvalid"),
+    8: (40, (6,), "write(mode='overwrite') on a deletion-vector (or first-row) primary-key table read empty: "
+                  "its OVERWRITE left the rows in level 0, which those readers skip; the commit now publishes "
+                  "the writer's compaction after it (a COMPACT, as Paimon) and the overwrite's writer starts "
+                  "from empty buckets"),
+    34: (40, (8, 9), "changelog-producer=full-compaction on a table with a MAP (or ROW of LIST) column failed "
+                     "(ArrowInvalid): the changelog joined whole rows with Arrow's hash join, which refuses nested "
+                     "non-key columns; rows are now matched on the key columns alone (strata.mergetree.key_sets)"),
 }
 
 
