@@ -5,6 +5,7 @@ integration_tests."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -31,6 +32,15 @@ def test_every_mark_of_the_readme_and_the_docs_is_known() -> None:
     odd = [(name, b.line, b.detail) for name, page in found.items() for b in page
            if b.mark == "skip" and not b.detail.startswith(SKIP_REASONS)]
     assert not odd, f"skip marks need a reason starting with one of {SKIP_REASONS}: {odd}"
+
+
+def test_the_readmes_links_point_at_files_of_the_repository() -> None:
+    """The docs build checks the site's links; the README lives outside it, so its own are checked here."""
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text(encoding="utf-8"))
+    local = [t for t in targets if "://" not in t and not t.startswith("mailto:")]
+    assert local
+    missing = [t for t in local if not (README.parent / t).exists()]
+    assert not missing, f"README links to files that do not exist: {missing}"
 
 
 def test_a_failing_block_names_its_readme_line_and_unmarked_blocks_do_not_run(tmp_path: Path) -> None:
