@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from strata.format import binary_row
 from strata.fs import FileIO
+from strata.io.empty_values import fill_under_null_rows, has_not_null_field
 from strata.io.leaves import primitive_leaves
 from strata.io.page_index import PAGE_ROWS
 from strata.io.paths import PathFactory
@@ -140,6 +141,7 @@ class DataFileWriter:
         self.config = config
         self.has_key = bool(config.schema.primary_keys)
         self.file_schema = config.schema.file_arrow_schema(physical=True)
+        self._rows_with_not_null_fields = [i for i, f in enumerate(self.file_schema) if has_not_null_field(f.type)]
         self.key_names = [KEY_PREFIX + f.name for f in config.schema.key_fields()] if self.has_key else []
         self.value_names = config.schema.field_names
         self.name_prefix = name_prefix
@@ -157,14 +159,25 @@ class DataFileWriter:
         """Write `table` (in file layout and, for PK tables, sorted by key)."""
         return self.write_stream([table], level, file_source, first_sequence)
 
+    def _in_file_schema(self, table: pa.Table) -> pa.Table:
+        """`table` under the file schema (its field ids and nullability). Columns of the file's type
+        are taken as they are, not cast: Arrow's cast of a ROW with a NOT NULL field refuses the
+        nulls a null row holds there (fill_under_null_rows empties them), as Parquet's writer does."""
+        if table.schema == self.file_schema and not self._rows_with_not_null_fields:
+            return table
+        columns = [table.column(f.name) for f in self.file_schema]
+        columns = [c if c.type == f.type else c.cast(f.type) for c, f in zip(columns, self.file_schema, strict=True)]
+        for i in self._rows_with_not_null_fields:
+            columns[i] = fill_under_null_rows(columns[i])
+        return pa.Table.from_arrays(columns, schema=self.file_schema)
+
     def write_stream(self, tables: Iterable[pa.Table], level: int, file_source: int = FILE_SOURCE_APPEND,
                      first_sequence: int = 0) -> list[DataFileMeta]:
         """Write consecutive tables (each in key order after the previous) into rolling files."""
         metas: list[DataFileMeta] = []
         current: _OpenFile | None = None
         sequence = first_sequence
-        for chunk in _recut(t if t.schema == self.file_schema else
-                             t.select(self.file_schema.names).cast(self.file_schema) for t in tables):
+        for chunk in _recut(self._in_file_schema(t) for t in tables):
             if current is None:
                 current = self._open(sequence, level, chunk)
             self._append(current, chunk)

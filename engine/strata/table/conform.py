@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -11,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from strata.errors import SchemaMismatchError
+from strata.io.empty_values import empty_array, has_not_null_field
 from strata.schema.table_schema import TableSchema
 
 if TYPE_CHECKING:
@@ -50,8 +50,26 @@ def conform(data: pa.Table, schema: TableSchema, where: str, extra: tuple[str, .
         if not f.type.nullable and column.null_count:
             what = "primary-key" if f.name in schema.primary_keys else "NOT NULL"
             raise SchemaMismatchError(f"{what} column {f.name!r} of {where} has {column.null_count} null value(s)")
+        if has_not_null_field(column.type):
+            _check_not_null_fields(column, f.name, where)
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=schema.arrow_schema())
+
+
+def _check_not_null_fields(column: pa.ChunkedArray, path: str, where: str) -> None:
+    """A NOT NULL field of a ROW column holds a value in every row that is not null itself (the
+    Parquet writer would refuse the file without naming the field)."""
+    for chunk in column.chunks:
+        valid = chunk.is_valid()
+        for i, field in enumerate(chunk.type):
+            child, name = chunk.field(i), f"{path}.{field.name}"
+            if not field.nullable and child.null_count:
+                nulls = pc.sum(pc.and_(valid, child.is_null())).as_py() or 0
+                if nulls:
+                    raise SchemaMismatchError(f"NOT NULL field {name!r} of {where} has {nulls} null value(s) in rows "
+                                              "whose ROW is not null")
+            if has_not_null_field(field.type):
+                _check_not_null_fields(pa.chunked_array([child.filter(valid)]), name, where)
 
 
 def _cast(column: pa.ChunkedArray, target: pa.DataType, name: str, where: str) -> pa.ChunkedArray:
@@ -163,42 +181,5 @@ def deletion_keys(data: pa.Table, schema: TableSchema, where: str) -> pa.Table:
                                   f"needs {required}")
     for f in schema.fields:
         if f.name not in data.column_names:
-            data = data.append_column(f.name, _filler(f.type.to_arrow(), f.type.nullable, data.num_rows))
+            data = data.append_column(f.name, empty_array(f.type.to_arrow(), f.type.nullable, data.num_rows))
     return data
-
-
-def _filler(arrow_type: pa.DataType, nullable: bool, rows: int) -> pa.Array:
-    """`rows` values of a column a deletion leaves out: null, or for a NOT NULL column the type's
-    empty value (zero, "", an empty ARRAY or MAP, a ROW of its fields' fillers), since the writer
-    refuses nulls there."""
-    if nullable:
-        return pa.nulls(rows, arrow_type)
-    if pa.types.is_struct(arrow_type):
-        children = [_filler(child.type, child.nullable, rows) for child in arrow_type]
-        return pa.StructArray.from_arrays(children, fields=list(arrow_type))
-    if pa.types.is_map(arrow_type):
-        offsets = pa.array(np.zeros(rows + 1, dtype=np.int32))
-        return pa.MapArray.from_arrays(offsets, pa.array([], arrow_type.key_type), pa.array([], arrow_type.item_type),
-                                       type=arrow_type)
-    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-        width = np.int64 if pa.types.is_large_list(arrow_type) else np.int32
-        offsets = pa.array(np.zeros(rows + 1, dtype=width))
-        return type(pa.array([], arrow_type)).from_arrays(offsets, pa.array([], arrow_type.value_type),
-                                                          type=arrow_type)
-    if pa.types.is_fixed_size_list(arrow_type):
-        values = _filler(arrow_type.value_type, arrow_type.value_field.nullable, rows * arrow_type.list_size)
-        return pa.FixedSizeListArray.from_arrays(values, type=arrow_type)
-    return pa.nulls(rows, arrow_type).fill_null(_zero(arrow_type))
-
-
-def _zero(arrow_type: pa.DataType) -> pa.Scalar:
-    if pa.types.is_string(arrow_type):
-        return pa.scalar("", arrow_type)
-    if pa.types.is_binary(arrow_type):
-        return pa.scalar(b"", arrow_type)
-    if pa.types.is_boolean(arrow_type):
-        return pa.scalar(False)
-    if pa.types.is_decimal(arrow_type):
-        return pa.scalar(Decimal(0), arrow_type)
-    # numbers, dates, times and timestamps: zero (the epoch)
-    return pa.scalar(0, pa.int32() if arrow_type.bit_width == 32 else pa.int64()).cast(arrow_type)

@@ -22,16 +22,15 @@ SEEDS = (0, 2, 4, 12, 14, 15, 37)  # 40 steps each (seed 3 runs in the replay te
 # runs in this tier (seeds 12 and 37 publish under the JDBC lock, the others by conditional PUT)
 REACHES = {2: {"done", "not_done"}, 12: {"killed", "not_done"}, 37: {"killed", "not_done"}}
 
-# seed -> (steps, the shrunk operations, the bug)
-KNOWN_FAILURES = {
-    148: (60, (4,), "partial-update merge of a nullable ROW column whose inner field is NOT NULL: a key's null "
-                    "row reaches the file writer with nulls in that inner field, and the cast to the file schema "
-                    "refuses it (strata.mergetree.partial_update; seeds 113 ONLY=3, 123 ONLY=0 alike): ArrowInvalid"),
-}
+# seed -> (steps, the shrunk operations, the bug): none open
+KNOWN_FAILURES: dict[int, tuple[int, tuple[int, ...], str]] = {}
 
 
 # seed -> (steps, the shrunk operations, the bug it found, since fixed): each replays its shrunk sequence
 REGRESSIONS = {
+    148: (60, (4,), "partial-update merge of a nullable ROW column whose inner field is NOT NULL: the merge left "
+                    "nulls in a null row's NOT NULL field, which Arrow's cast and Parquet's writer refused; the data "
+                    "file writer now empties them (strata.io.empty_values.fill_under_null_rows)"),
     11: (40, (0, 2), "Table.delete(keys) on a table with a NOT NULL ARRAY/MAP column failed: the filler of "
                      "the missing columns was null for nested types (strata.table.conform._filler)"),
     8: (40, (6,), "write(mode='overwrite') on a deletion-vector (or first-row) primary-key table read empty: "
