@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from strata.testing.simulation.concurrency import DONE, KILLED, NOT_DONE, UNKNOWN, Outcome
+from strata.testing.simulation.context import arrow_of, batch_rows
 from strata.testing.simulation.model import Row, TableModel
 from strata.testing.simulation.readers import Mismatch, actual_rows, expected_rows
 
@@ -68,7 +69,6 @@ class Committer:
 def concurrent_jobs(ctx: Any, rng: random.Random) -> str:
     """Plan the step's committers, run them interleaved, check every outcome against the table,
     and bring the model to what landed."""
-    from strata.testing.simulation.operations import arrow_of
 
     committers = _plan_writers(ctx, rng, arrow_of)
     actors: dict[str, Any] = {c.name: c.act for c in committers}
@@ -102,7 +102,6 @@ def concurrent_jobs(ctx: Any, rng: random.Random) -> str:
 def _plan_writers(ctx: Any, rng: random.Random, arrow_of: Any) -> list[Committer]:
     """Two or three writers of one or two batches; on append tables maybe two shared-user jobs.
     On primary-key tables a key belongs to the first writer that drew it."""
-    from strata.testing.simulation.operations import _rows
 
     owner: dict[tuple[Any, ...], str] = {}
     committers = []
@@ -111,7 +110,7 @@ def _plan_writers(ctx: Any, rng: random.Random, arrow_of: Any) -> list[Committer
         name = f"w{i}"
         batches = []
         for b in range(rng.randint(1, 2)):
-            rows = [r for r in _rows(ctx, rng, rng.randint(1, 20)) if _claim(ctx.model, owner, r, name)]
+            rows = [r for r in batch_rows(ctx, rng, rng.randint(1, 20)) if _claim(ctx.model, owner, r, name)]
             if rows:
                 kinds = _row_kinds(ctx.model, rng, len(rows))
                 batches.append(Batch(f"sim-{name}", base + b + 1, rows, kinds, arrow_of(ctx, rows)))
@@ -148,9 +147,8 @@ def _row_kinds(model: TableModel, rng: random.Random, count: int) -> list[str] |
 
 
 def _shared_batch(ctx: Any, rng: random.Random, arrow_of: Any, identifier: int) -> Batch:
-    from strata.testing.simulation.operations import _rows
 
-    rows = _rows(ctx, rng, rng.randint(1, 10))
+    rows = batch_rows(ctx, rng, rng.randint(1, 10))
     return Batch(SHARED_USER, identifier, rows, None, arrow_of(ctx, rows))
 
 

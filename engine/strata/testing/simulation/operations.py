@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from strata.errors import StrataError
-from strata.testing.simulation.model import Column, Row, TableModel
+from strata.testing.simulation.context import Context, arrow_of, batch_rows
+from strata.testing.simulation.model import Column
 from strata.testing.simulation.readers import (
     Mismatch,
     actual_rows,
     matcher,
     random_filter,
-    random_rows,
     to_predicate,
 )
 from strata.testing.simulation.schemas import WIDENINGS, TableSpec, reserved_columns
@@ -39,28 +35,6 @@ WEIGHTS = {"write": 30, "delete_keys": 5, "delete_where": 5, "overwrite": 4, "co
            "create_tag": 5, "delete_tag": 2, "rollback": 4, "expire_snapshots": 4, "remove_orphans": 3,
            "add_column": 3, "drop_column": 2, "rename_column": 2, "widen_column": 2, "replay": 4,
            "concurrent_writes": 6}
-
-
-@dataclass
-class Context:
-    """What the operations of one run share: the catalog, the table, the model, counters."""
-
-    catalog: Any
-    table: Any
-    spec: TableSpec
-    model: TableModel
-    counters: Counter[str] = field(default_factory=Counter)
-    identifier: int = 0
-    next_row_id: int = 0
-    names_made: int = 0
-    last_write: tuple[int, pa.Table, list[str] | None, list[Row]] | None = None
-    world: Any = None  # a concurrency.World when the run has concurrent committers and faults
-    intermediate_unchecked: bool = False  # the last operation's snapshots but its last are not checked
-    shared_identifiers: dict[str, int] = field(default_factory=dict)  # shared-user job -> last identifier
-
-    def fresh_name(self, prefix: str) -> str:
-        self.names_made += 1
-        return f"{prefix}{self.names_made}"
 
 
 class OperationFailed(AssertionError):
@@ -90,32 +64,8 @@ def apply(op: Op, ctx: Context) -> str:
 
 
 # -- writes -----------------------------------------------------------------------------------------
-def _rows(ctx: Context, rng: random.Random, count: int, partition: Any = None) -> list[Row]:
-    """Random rows of the current schema; keys from a small range so that writes upsert."""
-    model = ctx.model
-    rows = random_rows(rng, model, count)
-    key_ids = set(model.ids(model.primary_keys))
-    part_ids = set(model.ids(model.partition_keys))
-    for row in rows:
-        for c in model.columns:
-            if c.field_id in key_ids - part_ids:
-                row[c.field_id] = atomic_value(rng, c.type, rng.randrange(25))
-            elif c.field_id in part_ids:
-                row[c.field_id] = partition if partition is not None else atomic_value(rng, c.type, rng.randrange(3))
-            elif c.name == "id" and not model.is_primary:
-                row[c.field_id] = ctx.next_row_id
-                ctx.next_row_id += 1
-    return rows
-
-
-def arrow_of(ctx: Context, rows: list[Row]) -> pa.Table:
-    schema = pa.schema([f.to_arrow() for f in ctx.table.schema.fields])
-    by_name = [{c.name: r.get(c.field_id) for c in ctx.model.columns} for r in rows]
-    return pa.Table.from_pylist(by_name, schema=schema)
-
-
 def _write(ctx: Context, rng: random.Random) -> str:
-    rows = _rows(ctx, rng, rng.randint(1, 40))
+    rows = batch_rows(ctx, rng, rng.randint(1, 40))
     kinds = None
     if ctx.model.is_primary and rng.random() < 0.5:
         kinds = [rng.choice(("-D", "-U")) if rng.random() < 0.2 else rng.choice(("+I", "+U")) for _ in rows]
@@ -155,7 +105,7 @@ def _replay(ctx: Context, rng: random.Random) -> str:
 def _delete_keys(ctx: Context, rng: random.Random) -> str:
     model = ctx.model
     present = list(model.keyed.values())
-    doomed = rng.sample(present, min(len(present), rng.randint(1, 5))) + _rows(ctx, rng, 1)
+    doomed = rng.sample(present, min(len(present), rng.randint(1, 5))) + batch_rows(ctx, rng, 1)
     data = arrow_of(ctx, doomed)
     keys_only = rng.random() < 0.5  # the other columns may be left out
     ctx.table.delete(data.select(list(model.primary_keys)) if keys_only else data)
@@ -192,11 +142,11 @@ def _overwrite(ctx: Context, rng: random.Random) -> str:
     if model.partition_keys:
         pcol = model.column(model.partition_keys[0])
         value = atomic_value(rng, pcol.type, rng.randrange(4))
-        rows = _rows(ctx, rng, rng.randint(0, 20), partition=value)
+        rows = batch_rows(ctx, rng, rng.randint(0, 20), partition=value)
         ctx.table.write(arrow_of(ctx, rows), mode="overwrite", partition={pcol.name: value})
         model.overwrite(lambda r: r.get(pcol.field_id) == value, rows)
         return "partition"
-    rows = _rows(ctx, rng, rng.randint(0, 20))
+    rows = batch_rows(ctx, rng, rng.randint(0, 20))
     ctx.table.write(arrow_of(ctx, rows), mode="overwrite")
     model.overwrite(lambda r: True, rows)
     return "table"
