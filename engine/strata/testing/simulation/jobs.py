@@ -69,7 +69,6 @@ class Committer:
 def concurrent_jobs(ctx: Any, rng: random.Random) -> str:
     """Plan the step's committers, run them interleaved, check every outcome against the table,
     and bring the model to what landed."""
-
     committers = _plan_writers(ctx, rng, arrow_of)
     actors: dict[str, Any] = {c.name: c.act for c in committers}
     if rng.random() < 0.4:
@@ -102,7 +101,6 @@ def concurrent_jobs(ctx: Any, rng: random.Random) -> str:
 def _plan_writers(ctx: Any, rng: random.Random, arrow_of: Any) -> list[Committer]:
     """Two or three writers of one or two batches; on append tables maybe two shared-user jobs.
     On primary-key tables a key belongs to the first writer that drew it."""
-
     owner: dict[tuple[Any, ...], str] = {}
     committers = []
     base = ctx.identifier
