@@ -267,7 +267,7 @@ class FileStoreCommit:
         retained). Its compaction files are kept for orphan cleanup (the outcome may be unknown)."""
         result.compaction_failure = f"{type(exc).__name__}: {exc}"
         log.warning("%s: commit of user %r identifier %s published snapshot(s) %s, but not its compaction "
-                    "(%s); a writer kept for later commits is now ahead of the table: replace it",
+                    "(%s); the writer restores its buckets from the latest snapshot before it goes on",
                     self.table_path, self.commit_user, identifier, result.snapshot_ids, result.compaction_failure)
 
     def _try_commit(self, change: _Change, delta_metas: list | None, identifier: int,
