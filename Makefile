@@ -85,10 +85,11 @@ SEED ?=
 STEPS ?= 60
 HOURS ?=
 ONLY ?=
+ORACLES ?=
 
-simulate: $(STAMP) ## Deterministic simulation: SEED=S STEPS=N [ONLY=i,j] replays a seed; HOURS=H runs seeds, report in build/simulation.{json,txt}
+simulate: $(STAMP) ## Deterministic simulation: SEED=S STEPS=N [ONLY=i,j] [ORACLES=1] replays a seed; HOURS=H runs seeds, report in build/simulation.{json,txt}
 	$(PY) -m strata.testing.simulation --steps $(STEPS) $(if $(SEED),--seed $(SEED)) $(if $(ONLY),--only $(ONLY)) \
-		$(if $(HOURS),--hours $(HOURS) --report build/simulation)
+		$(if $(ORACLES),--oracles) $(if $(HOURS),--hours $(HOURS) --report build/simulation)
 
 test-integration: $(STAMP) ## Integration tests only, as make test runs them (provisions the services they need)
 	$(IT_PARALLEL); status=$$?; $(IT_EXCLUSIVE) && exit $$status

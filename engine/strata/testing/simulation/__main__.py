@@ -2,6 +2,7 @@
 
     --seed S --steps N [--only 3,7,12]   run (replay) one seed; a failure is shrunk and printed
     --hours H --report PATH [--steps N]  run seeds from --seed on until the time is up; write PATH.json/.txt
+    --oracles                            the slower tier: Iceberg metadata after every step, pyiceberg, pypaimon
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from strata.testing.simulation.runner import Scenario, describe, run, shrink
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.hours is not None:
-        return _run_for(args.hours, args.report, args.steps, args.seed)
+        return _run_for(args.hours, args.report, args.steps, args.seed, args.oracles)
     if args.seed is None:
         raise SystemExit("give --seed S (to run one seed) or --hours H (to run many)")
     only = tuple(int(i) for i in args.only.split(",")) if args.only else None
-    result = run(Scenario(args.seed, args.steps, only))
+    result = run(Scenario(args.seed, args.steps, only, args.oracles))
     if result.failure is not None and not args.no_shrink:
         print(f"seed {args.seed} failed ({result.failure.error}); shrinking...", file=sys.stderr)
         result = shrink(result)
@@ -37,18 +38,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=60, help="operations per seed (default 60)")
     parser.add_argument("--only", help="comma-separated indices of the operations to keep (a shrunk run)")
     parser.add_argument("--no-shrink", action="store_true", help="print a failure as it is, unshrunk")
+    parser.add_argument("--oracles", action="store_true",
+                        help="check the Iceberg metadata after every step that changes the table, and read the "
+                             "table with pyiceberg and pypaimon after each rollback and at the end (slower)")
     parser.add_argument("--hours", type=float, help="run seeds for this long")
     parser.add_argument("--report", default="build/simulation", help="report path, without extension")
     return parser
 
 
-def _run_for(hours: float, path: str, steps: int, first_seed: int | None) -> int:
+def _run_for(hours: float, path: str, steps: int, first_seed: int | None, oracles: bool = False) -> int:
     """Seeds one after another until the deadline; each failure is shrunk and reported."""
     deadline = time.monotonic() + hours * 3600
     seed = first_seed if first_seed is not None else random.SystemRandom().randrange(2**31)
     report = Report()
     while time.monotonic() < deadline:
-        result = run(Scenario(seed, steps))
+        result = run(Scenario(seed, steps, oracles=oracles))
         report.add(result)
         if result.failure is not None:
             shrunk = shrink(result, max_seconds=max(0.0, min(600.0, deadline - time.monotonic())))

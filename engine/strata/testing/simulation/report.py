@@ -30,12 +30,15 @@ class Report:
         return {"seeds": self.seeds, "steps": self.steps, "seconds": round(self.seconds, 1),
                 "operations": _by_prefix(self.counters, "op:"), "reads": _by_prefix(self.counters, "read:"),
                 "faults": _by_prefix(self.counters, "fault:"), "tables": _by_prefix(self.counters, "table:"),
+                "outcomes": _by_prefix(self.counters, "outcome:"), "iceberg": _by_prefix(self.counters, "iceberg:"),
+                "oracles": _by_prefix(self.counters, "oracle:"),
                 "failures": [to_json(f) for f in self.failures]}
 
     def summary(self) -> str:
         lines = [f"{self.seeds} seeds, {self.steps} steps in {self.seconds:.0f} s; "
                  f"{len(self.failures)} failure(s)"]
-        for title, prefix in (("operations", "op:"), ("reads", "read:"), ("faults", "fault:")):
+        for title, prefix in (("operations", "op:"), ("reads", "read:"), ("faults", "fault:"),
+                              ("outcomes", "outcome:"), ("iceberg", "iceberg:"), ("oracles", "oracle:")):
             counts = _by_prefix(self.counters, prefix)
             if counts:
                 lines.append(f"{title}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))

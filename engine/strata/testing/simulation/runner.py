@@ -26,8 +26,9 @@ from strata.testing.simulation.invariants import (
 )
 from strata.testing.simulation.model import Column, TableModel
 from strata.testing.simulation.operations import TABLE, Context, Op, apply, random_ops
+from strata.testing.simulation.oracles import check_iceberg, check_pyiceberg, check_pypaimon
 from strata.testing.simulation.readers import check_latest
-from strata.testing.simulation.schemas import TableSpec, random_spec
+from strata.testing.simulation.schemas import TableSpec, random_spec, with_mirror
 
 # operations after which every retained snapshot and tag is read back (they delete files)
 MAINTENANCE = ("rollback", "expire_snapshots", "remove_orphans", "delete_tag", "overwrite")
@@ -40,6 +41,9 @@ class Scenario:
     seed: int
     steps: int
     only: tuple[int, ...] | None = None
+    # the slower tier: the Iceberg metadata checked after every step that changes the table, and
+    # pyiceberg and pypaimon read it after each rollback and at the end
+    oracles: bool = False
 
     def spec(self) -> TableSpec:
         return self._generated()[0]
@@ -51,7 +55,7 @@ class Scenario:
 
     def _generated(self) -> tuple[TableSpec, list[Op]]:
         rng = random.Random(self.seed)
-        spec = random_spec(rng)
+        spec = with_mirror(random_spec(rng), random.Random(f"mirror:{self.seed}"))
         return spec, random_ops(rng, spec, self.steps)
 
     def world(self, warehouse: str) -> Any:
@@ -70,11 +74,12 @@ class Scenario:
         return "jdbc-lock" if random.Random(f"publish:{self.seed}").random() < 0.5 else "conditional-put"
 
     def keeping(self, indices: Sequence[int]) -> Scenario:
-        return Scenario(self.seed, self.steps, tuple(indices))
+        return Scenario(self.seed, self.steps, tuple(indices), self.oracles)
 
     def command(self) -> str:
         only = "" if self.only is None else f" ONLY={','.join(map(str, self.only))}"
-        return f"make simulate SEED={self.seed} STEPS={self.steps}{only}"
+        oracles = " ORACLES=1" if self.oracles else ""
+        return f"make simulate SEED={self.seed} STEPS={self.steps}{only}{oracles}"
 
 
 @dataclass(frozen=True)
@@ -135,9 +140,12 @@ def _run_ops(scenario: Scenario, ctx: Context, result: RunResult) -> None:
     ops = scenario.ops()
     for n, (index, op) in enumerate(ops):
         try:
+            before = _latest(ctx)
             label = apply(op, ctx)
             result.counters[f"op:{op['op']}:{label}"] += 1
             _check(ctx, op, last=n == len(ops) - 1, counters=result.counters)
+            moved = _latest(ctx) != before or (op["op"] == "rollback" and label.startswith("to_"))
+            _check_mirror(ctx, scenario, op, moved, n == len(ops) - 1, result.counters)
         except Exception as exc:
             result.failure = _failure(index, op["op"], exc)
             return
@@ -175,6 +183,26 @@ def _check(ctx: Context, op: Op, last: bool, counters: Counter[str]) -> None:
     counters["read:time_travel"] += check_references(ctx.table, ctx.model, rng, every)
     check_tags_listed(ctx.table, ctx.model)
     check_system_tables(ctx.table, ctx.model)
+
+
+def _latest(ctx: Context) -> tuple[int, int] | None:
+    snapshot = ctx.table.latest_snapshot()
+    return None if snapshot is None else (snapshot.id, snapshot.time_millis)
+
+
+def _check_mirror(ctx: Context, scenario: Scenario, op: Op, moved: bool, last: bool,
+                  counters: Counter[str]) -> None:
+    """The Iceberg metadata against the model: after each rollback and at the end, and with the
+    oracles after every step that moved the latest snapshot (then pyiceberg and pypaimon too,
+    after each rollback and at the end). A step that moved it without faults leaves it current."""
+    rollback_or_end = last or op["op"] == "rollback"
+    if not (rollback_or_end or (scenario.oracles and moved)):
+        return
+    current = moved and op["op"] != "concurrent_writes"
+    counters[f"iceberg:{check_iceberg(ctx.table, ctx.model, current)}"] += 1
+    if scenario.oracles and rollback_or_end:
+        counters[f"oracle:pyiceberg:{check_pyiceberg(ctx.table, ctx.model)}"] += 1
+        counters[f"oracle:pypaimon:{check_pypaimon(ctx.table, ctx.model, ctx.catalog.warehouse, TABLE)}"] += 1
 
 
 def _failure(index: int, op: str, exc: BaseException) -> Failure:
@@ -224,7 +252,7 @@ def describe(result: RunResult) -> str:
 
 def to_json(result: RunResult) -> dict[str, Any]:
     failure = result.failure
-    return {"seed": result.scenario.seed, "steps": result.scenario.steps,
+    return {"seed": result.scenario.seed, "steps": result.scenario.steps, "oracles": result.scenario.oracles,
             "only": list(result.scenario.only) if result.scenario.only is not None else None,
             "steps_run": result.steps_run, "seconds": round(result.seconds, 2),
             "failure": None if failure is None else {"index": failure.index, "op": failure.op,

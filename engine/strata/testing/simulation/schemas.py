@@ -81,6 +81,21 @@ def random_spec(rng: random.Random) -> TableSpec:
     return TableSpec(columns, tuple(partition_keys) + keys if primary else (), partition_keys, options)
 
 
+def with_mirror(spec: TableSpec, rng: random.Random) -> TableSpec:
+    """Half of the tables without the Iceberg mirror get it, when their columns allow it, with a
+    random mirror layout and Iceberg format. `rng` is a stream of its own, so that a seed's columns,
+    keys and other options stay what `random_spec` made them."""
+    iceberg = "metadata.iceberg.storage" in spec.options
+    exportable = not any(t in c.type for c in spec.columns for t in NOT_IN_ICEBERG)
+    if not iceberg and (not exportable or rng.random() < 0.5):
+        return spec
+    options = {**spec.options, "metadata.iceberg.storage": rng.choice(("table-location", "hadoop-catalog")),
+               "metadata.iceberg.format-version": rng.choice(("2", "3"))}
+    if options.get("deletion-vectors.enabled") == "true" and rng.random() < 0.5:
+        options["deletion-vectors.bitmap64"] = "true"
+    return TableSpec(spec.columns, spec.primary_keys, spec.partition_keys, options)
+
+
 def _columns(rng: random.Random, keys: tuple[str, ...], partition_keys: tuple[str, ...], iceberg: bool,
              primary: bool) -> tuple[ColumnSpec, ...]:
     """Keys and partitions NOT NULL, values of random types; the order is shuffled so that nested

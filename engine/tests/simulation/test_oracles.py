@@ -1,0 +1,67 @@
+"""The simulation's Iceberg check and its oracles tier: the Iceberg metadata readers pick (the version
+hint's, its .stats variant, the newest past the hint) names files that exist, the files the mirror
+promises, and yields the model's rows, after each rollback and at the end of every seed, and with
+``--oracles`` after every step that changes the table, read by pyiceberg and pypaimon too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from strata.testing.simulation import Scenario, run
+from strata.testing.simulation.runner import describe
+
+# seed 23: an append table with deletion vectors, its mirror in a Hadoop catalog at Iceberg format 3,
+# snapshots published under the JDBC lock; in 16 steps five tags, two rollbacks (the second to a
+# snapshot before a compaction), a concurrent step and a dropped column
+ORACLE_SEED = Scenario(23, 16, oracles=True)
+# seed 197: a partial-update primary-key table with deletion vectors, mirrored at format 3; its
+# rollbacks (steps 3 and 14) go back past the latest snapshot
+ROLLBACK_SEED = Scenario(197, 16)
+
+
+@pytest.mark.pyiceberg
+@pytest.mark.pypaimon
+def test_a_short_seed_matches_the_model_through_iceberg_pyiceberg_and_pypaimon() -> None:
+    result = run(ORACLE_SEED)
+    assert result.failure is None, describe(result)
+    counters = result.counters
+    assert counters["iceberg:current"] >= 8, counters  # every step that moved the table, checked current
+    assert counters["oracle:pyiceberg:read"] == 3 and counters["oracle:pypaimon:read"] == 3, counters
+    print(f"seed {ORACLE_SEED.seed}: " + ", ".join(f"{k} {n}" for k, n in sorted(counters.items())
+                                                   if k.startswith(("iceberg:", "oracle:", "outcome:"))))
+
+
+def test_a_rollback_that_leaves_the_iceberg_metadata_behind_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rollback whose Iceberg sync is left out: Iceberg readers still see the snapshot rolled
+    back past. The default tier (no oracles) checks the mirror after each rollback and says so."""
+    from strata.operation import rollback
+
+    monkeypatch.setattr(rollback, "sync_after_commit", lambda table: None)
+    result = run(ROLLBACK_SEED)
+    assert result.failure is not None and result.failure.op == "rollback", describe(result)
+    assert result.failure.error == "MirrorBroken", describe(result)
+    assert "a commit without faults must leave the mirror current" in result.failure.message
+
+
+def test_a_data_file_missing_under_the_iceberg_metadata_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Iceberg metadata of the current snapshot names a data file that is gone (a cleanup that
+    took a file only the mirror still named): the check names the missing file."""
+    from strata.testing.simulation import oracles
+
+    real_check = oracles.check_iceberg
+
+    def check_after_losing_a_file(table: Any, model: Any, must_be_current: bool) -> str:
+        names = {e.file.file_name for e in oracles.TableScan(table.store).plan_entries()}
+        table_dir = Path(table.store.path.removeprefix("file://"))
+        doomed = sorted(p for p in table_dir.rglob("data-*.parquet") if p.name in names)
+        if doomed:
+            doomed[0].unlink()
+        return real_check(table, model, must_be_current)
+
+    monkeypatch.setattr("strata.testing.simulation.runner.check_iceberg", check_after_losing_a_file)
+    result = run(Scenario(ORACLE_SEED.seed, ORACLE_SEED.steps))
+    assert result.failure is not None and result.failure.error == "IcebergMetadataBroken", describe(result)
+    assert "that the Iceberg metadata names is missing" in result.failure.message
