@@ -7,10 +7,11 @@ The table is registered as a pyarrow dataset whose ``scanner(columns, filter)`` 
 the columns a query needs and the filters it pushes into table scans (comparisons of a column
 with a constant, IN lists, IS [NOT] NULL, and AND/OR of them). The columns become Strata's
 projection; the filter's parts with a Strata form become the scan's filter (pruning partitions,
-files, row groups and pages), and the whole filter is applied to the rows read, so DuckDB gets
-exactly the rows it asked for. DuckDB does not hand over: a LIMIT (the scan reads on until
-DuckDB stops pulling batches), filters on expressions (``lower(v) = 'x'``, ``k + 1 > 3``), LIKE,
-joins' dynamic filters, and aggregates; it evaluates those itself. Float columns are filtered
+files, row groups and pages; Strata's read applies it to every row). When a part has none, the
+whole filter is applied again to the rows read, so DuckDB gets exactly the rows it asked for.
+DuckDB does not hand over: a LIMIT (the scan reads on until DuckDB stops pulling batches),
+filters on expressions (``lower(v) = 'x'``, ``k + 1 > 3``), LIKE, joins' dynamic filters, and
+aggregates; it evaluates those itself. Float columns are filtered
 by DuckDB's expression only (NaN compares differently in Strata's statistics).
 """
 
@@ -70,9 +71,11 @@ class _StrataDataset(ds.InMemoryDataset):
         tree = _expression_tree(filter) if filter is not None else None
         needed = None if columns is None or (filter is not None and tree is None) else \
             [n for n in self.schema.names if n in set(columns) | _field_refs(tree)]
-        pushed = _conjunction(tree, table) if tree is not None else None
+        pushed, whole = _conjunction(tree, table) if tree is not None else (None, True)
         scan = ArrowScan(table, needed, pushed, snapshot_id, tag)
-        return ds.Scanner.from_batches(scan.to_batches(), schema=scan.schema, columns=columns, filter=filter)
+        # Strata's read applies its filter to every row: a filter it took whole needs no second pass
+        return ds.Scanner.from_batches(scan.to_batches(), schema=scan.schema, columns=columns,
+                                       filter=None if whole else filter)
 
 
 # -- pyarrow expressions, read back ------------------------------------------------------------------
@@ -151,15 +154,17 @@ def _field_refs(tree: Any) -> set[str]:
     return set().union(*(_field_refs(a) for a in tree[2])) if tree[2] else set()
 
 
-def _conjunction(tree: Any, table: TableLike) -> Predicate | None:
-    """The conjuncts of `tree` that have a Strata form, bound to the table's schema (None: none)."""
-    parts = [p for p in (_bound(_predicate(c, table), table) for c in _conjuncts(tree)) if p is not None]
+def _conjunction(tree: Any, table: TableLike) -> tuple[Predicate | None, bool]:
+    """The conjuncts of `tree` that have a Strata form, bound to the table's schema (None: none),
+    and whether that is every conjunct."""
+    conjuncts = _conjuncts(tree)
+    parts = [p for p in (_bound(_predicate(c, table), table) for c in conjuncts) if p is not None]
     if not parts:
-        return None
+        return None, False
     combined = parts[0]
     for part in parts[1:]:
         combined = combined & part
-    return combined
+    return combined, len(parts) == len(conjuncts)
 
 
 def _conjuncts(tree: Any) -> list[Any]:
