@@ -25,7 +25,7 @@ import prometheus_client
 import pyarrow as pa
 import pytest
 
-from strata.catalog import Identifier
+from strata.catalog import FileSystemCatalog, Identifier
 from strata.catalog.jdbc import JdbcCatalog
 from strata.snapshot.snapshot import Snapshot
 from strata.snapshot.snapshot_manager import NothingPublishedError, SnapshotManager
@@ -57,8 +57,17 @@ class HookedCatalog(JdbcCatalog):
     publish_fault: Callable[[SnapshotManager, Snapshot], bool] | None = None
     mode: str | None = None  # the publish mode the catalog reports, in place of its store's own
 
+    while_resolving_lock: Callable[[], None] | None = None  # runs after a commit chose the name to lock
+
     def publish_mode(self, table: Table) -> str:
         return self.mode or super().publish_mode(table)
+
+    def _lock_name(self, table: Table) -> str:
+        name = super()._lock_name(table)
+        hook, self.while_resolving_lock = self.while_resolving_lock, None
+        if hook is not None:
+            hook()
+        return name
 
     def get_table(self, name: str | Identifier) -> Table:
         table = super().get_table(name)
@@ -88,8 +97,10 @@ def _running_on_enter(hook: Callable[[], None]) -> Iterator[None]:
 
 
 @pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[HookedCatalog]:
-    cat = HookedCatalog(str(tmp_path / "warehouse"), {"metastore": "jdbc"})
+def catalog(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[HookedCatalog]:
+    """The JDBC catalog; a test parametrized indirectly adds catalog options (the JDBC lock)."""
+    options = {"metastore": "jdbc", **getattr(request, "param", {})}
+    cat = HookedCatalog(str(tmp_path / "warehouse"), options)
     yield cat
     cat.close()
 
@@ -549,3 +560,74 @@ def test_a_branch_is_renamed(server: JsonServer[Any], catalog: HookedCatalog, ta
     assert (status, answer["resourceType"], answer["resourceName"]) == (409, "BRANCH", "other")
     status, answer = call(server, "POST", f"{branches}/b2/rename", {"toBranch": "bad/name"})
     assert status == 400 and "branch name" in answer["message"].lower()
+
+
+# -- rename by metadata (defect: the directory was copied, without a lock) ------------------------------
+
+RENAME = f"{API}/tables/rename"
+LOCKED = {"lock.enabled": "true", "lock-check-max-sleep": "50 ms"}
+
+
+def _files(root: str) -> set[str]:
+    return {str(p.relative_to(root)) for p in Path(root).rglob("*") if p.is_file() and p.name != "catalog.sqlite"}
+
+
+def _rename(server: JsonServer[Any], source: str, target: str, target_db: str = "db") -> tuple[int, Any]:
+    return call(server, "POST", RENAME, {"source": {"database": "db", "object": source},
+                                         "destination": {"database": target_db, "object": target}})
+
+
+@pytest.mark.parametrize(("catalog", "mode", "hook"), [
+    ({}, None, "before_publish"),
+    (LOCKED, "lock", "before_publish"),
+    (LOCKED, "lock", "while_resolving_lock"),  # the commit chose the old name's lock, then the rename ran
+], indirect=["catalog"])
+def test_a_rename_racing_a_commit_loses_no_commit_and_copies_no_file(
+        server: JsonServer[Any], catalog: HookedCatalog, tagged: Table, mode: str | None, hook: str) -> None:
+    body = _snapshot_to_commit(tagged)  # snapshot 2, ids 10 and 20: the commit sent to db.t
+    before = _files(catalog.warehouse)
+    catalog.mode = mode
+    setattr(catalog, hook, lambda: _rename(server, "t", "t2"))
+    assert call(server, "POST", COMMIT, body) == (200, {"success": True})
+    assert getattr(catalog, hook) is None  # the rename did run inside the commit
+    assert catalog.list_tables("db") == ["t2"]
+    moved = catalog.get_table("db.t2")
+    assert moved.path == tagged.path and sorted(moved.to_arrow().column("id").to_pylist()) == [1, 2, 10, 20]
+    assert _files(catalog.warehouse) - before == {"db.db/t/snapshot/snapshot-2"}  # nothing copied
+    assert not before - _files(catalog.warehouse)
+    status, answer = call(server, "GET", f"{API}/databases/db/tables/t2")
+    assert status == 200 and answer["path"] == tagged.path
+    moved.write(rows([30]))  # later commits under the new name, in the same files
+    assert call(server, "GET", f"{API}/databases/db/tables/t2/snapshot")[1]["snapshot"]["snapshot"]["id"] == 3
+
+
+def test_a_table_created_under_a_renamed_tables_old_name_gets_a_directory_of_its_own(
+        server: JsonServer[Any], catalog: HookedCatalog, tagged: Table) -> None:
+    assert _rename(server, "t", "t2") == (200, {})
+    assert call(server, "POST", f"{API}/databases/db/tables",
+                {"identifier": {"database": "db", "object": "t"},
+                 "schema": {"fields": [f.to_json() for f in tagged.schema.fields]}}) == (200, {})
+    fresh = catalog.get_table("db.t")
+    assert fresh.path != tagged.path and fresh.to_arrow().num_rows == 0
+    fresh.write(rows([5]))
+    assert call(server, "DELETE", f"{API}/databases/db/tables/t2") == (200, {})
+    assert not Path(tagged.path).exists()
+    assert _ids(catalog) == [5]
+    assert _rename(server, "t", "t2") == (200, {})  # back and forth: rows only
+    assert _rename(server, "t2", "t") == (200, {})
+    assert catalog.get_table("db.t").path == fresh.path and _ids(catalog) == [5]
+
+
+def test_a_rename_that_would_copy_files_is_not_implemented(server: JsonServer[Any], catalog: HookedCatalog,
+                                                           tagged: Table, tmp_path: Path) -> None:
+    catalog.create_database("other")
+    status, answer = _rename(server, "t", "t2", target_db="other")
+    assert status == 501 and "another database would need every file copied" in answer["message"]
+    assert catalog.list_tables("db") == ["t"] and _ids(catalog) == [1, 2]
+    files = FileSystemCatalog(str(tmp_path / "fs"))
+    files.create_database("db")
+    files.create_table("db.t", SCHEMA).write(rows([1]))
+    for fs_server in _serve(start(PaimonRestCatalog(files), port=0, token=TOKEN)):
+        status, answer = _rename(fs_server, "t", "t2")
+    assert status == 501 and "renaming would copy every file" in answer["message"]
+    assert files.list_tables("db") == ["t"]

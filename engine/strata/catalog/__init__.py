@@ -1,10 +1,10 @@
 """Catalogs: where databases and tables live (filesystem; JDBC with locks for object stores)."""
 
-from strata.catalog.base import Catalog
+from strata.catalog.base import Catalog, CatalogOperationNotSupportedError
 from strata.catalog.filesystem import FileSystemCatalog
 from strata.store import Identifier
 
-__all__ = ["Catalog", "FileSystemCatalog", "Identifier", "load_catalog"]
+__all__ = ["Catalog", "CatalogOperationNotSupportedError", "FileSystemCatalog", "Identifier", "load_catalog"]
 
 
 def load_catalog(warehouse: str, **options: str) -> Catalog:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from strata.errors import StrataError
 from strata.store.identifier import Identifier
 
 if TYPE_CHECKING:
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
     from strata.schema.evolution import SchemaChange
     from strata.schema.table_schema import TableSchema
     from strata.table.table import Table
+
+
+class CatalogOperationNotSupportedError(StrataError):
+    """A catalog call this catalog cannot do safely (Paimon's UnsupportedOperationException)."""
 
 
 class Catalog(ABC):
@@ -73,6 +78,14 @@ class Catalog(ABC):
 
         publish_schema(table)
         return table
+
+    def rename_table(self, source: str | Identifier, target: str | Identifier) -> Table:
+        """Catalogs that keep a table's location apart from its name rename by metadata; here a
+        table's directory is its name, so a rename would copy every file, and a commit racing the
+        copy would be lost."""
+        raise CatalogOperationNotSupportedError(
+            f"rename {source} to {target}: this catalog finds a table by its directory, so renaming would copy "
+            "every file and could lose a concurrent commit; use the JDBC catalog (metastore=jdbc)")
 
     def table_exists(self, name: str | Identifier) -> bool:
         from strata.errors import TableNotFoundError

@@ -7,6 +7,12 @@ files under ``<location>/<table>`` (by default ``<warehouse>/<db>.db/<table>``),
 reader can open the table by path. Several catalogs share one database through ``catalog-key``
 (default ``jdbc``).
 
+A table lives at ``<database location>/<table>`` unless Strata's own row in ``strata_tables``
+names another directory: a renamed table keeps its directory (``rename_table`` changes rows only,
+so a commit racing it loses nothing), and a table created where a renamed one lives gets a
+directory of its own. Paimon's Java ``JdbcCatalog`` does not read that row: it opens a renamed
+table through Strata's REST catalog, whose answer carries the table's path.
+
 A database's ``location`` may be given at creation: it must lie inside the warehouse and be,
 contain or lie inside no other database's directory (of any catalog key in this warehouse), since
 dropping a database with cascade deletes its directory. A table name must leave its lock id
@@ -31,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -40,7 +47,7 @@ from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from strata.catalog.base import Catalog
+from strata.catalog.base import Catalog, CatalogOperationNotSupportedError
 from strata.catalog.filesystem import DB_SUFFIX
 from strata.catalog.lock import JdbcCatalogLock, LockedPublisher, lock_key_max_length, table_lock_id
 from strata.errors import (
@@ -55,6 +62,7 @@ from strata.errors import (
 from strata.fs import FileIO, file_io_for
 from strata.names import check_database_name, check_table_name, path_relation, path_under, require_under
 from strata.schema.schema_manager import SchemaManager
+from strata.snapshot.snapshot_manager import NothingPublishedError
 from strata.store import Identifier
 from strata.table.table import Table
 
@@ -70,6 +78,7 @@ DATABASE_PROPERTIES = "paimon_database_properties"
 EXISTS_PROPERTY = "exists"
 LOCATION_PROPERTY = "location"
 DEFAULT_SQLITE_NAME = "catalog.sqlite"
+TABLE_ROWS = "strata_tables"  # Strata's own per-table facts beside Paimon's rows: where a renamed table lives
 
 _CREATE_TABLES = (f"CREATE TABLE {TABLES} ("
                   "catalog_key VARCHAR(255) NOT NULL, database_name VARCHAR(255) NOT NULL, "
@@ -79,6 +88,12 @@ _CREATE_DATABASE_PROPERTIES = (f"CREATE TABLE {DATABASE_PROPERTIES} ("
                                "catalog_key VARCHAR(255) NOT NULL, database_name VARCHAR(255) NOT NULL, "
                                "property_key VARCHAR(255), property_value VARCHAR(1000), "
                                "PRIMARY KEY (catalog_key, database_name, property_key))")
+
+_CREATE_TABLE_ROWS = (f"CREATE TABLE {TABLE_ROWS} ("
+                      "catalog_key VARCHAR(255) NOT NULL, database_name VARCHAR(255) NOT NULL, "
+                      "table_name VARCHAR(255) NOT NULL, location VARCHAR(1000), "
+                      "PRIMARY KEY (catalog_key, database_name, table_name))")
+_WHERE_TABLE = "catalog_key = :key AND database_name = :db AND table_name = :t"
 
 PublishFn = Callable[["SnapshotManager", "Snapshot"], bool]
 
@@ -164,7 +179,8 @@ class JdbcCatalog(Catalog):
                              connect_args={"options": "-c TimeZone=UTC", "connect_timeout": 10})
 
     def _init_tables(self) -> None:
-        for name, ddl in ((TABLES, _CREATE_TABLES), (DATABASE_PROPERTIES, _CREATE_DATABASE_PROPERTIES)):
+        for name, ddl in ((TABLES, _CREATE_TABLES), (DATABASE_PROPERTIES, _CREATE_DATABASE_PROPERTIES),
+                          (TABLE_ROWS, _CREATE_TABLE_ROWS)):
             if inspect(self.engine).has_table(name):
                 continue
             try:
@@ -243,7 +259,24 @@ class JdbcCatalog(Catalog):
                 "tables. Give a location of its own inside the warehouse, or none")
 
     def table_path(self, ident: Identifier) -> str:
+        """Where the table lives: the directory its row names (a renamed table keeps its own), else
+        ``<database location>/<table>``."""
+        stored = self._rows(f"SELECT location FROM {TABLE_ROWS} WHERE {_WHERE_TABLE} AND location IS NOT NULL",
+                            db=ident.database, t=ident.table)
+        if stored:
+            return require_under(self.warehouse, str(stored[0][0]))
+        return self._default_table_path(ident)
+
+    def _default_table_path(self, ident: Identifier) -> str:
         return path_under(self.database_path(ident.database), ident.table)
+
+    def _new_table_path(self, ident: Identifier) -> tuple[str, bool]:
+        """The directory of a table about to be created, and whether it is not the default one (the
+        default is taken by a table renamed away from this name, which kept its directory)."""
+        path = self._default_table_path(ident)
+        if self._rows(f"SELECT 1 FROM {TABLE_ROWS} WHERE location = :p", p=path):
+            return f"{path}-{uuid.uuid4().hex[:8]}", True
+        return path, False
 
     def create_database(self, name: str, ignore_if_exists: bool = False,
                         properties: Mapping[str, str] | None = None) -> None:
@@ -292,6 +325,7 @@ class JdbcCatalog(Catalog):
 
     def _unregister_database(self, name: str) -> None:
         self._execute(f"DELETE FROM {TABLES} WHERE catalog_key = :key AND database_name = :db", db=name)
+        self._execute(f"DELETE FROM {TABLE_ROWS} WHERE catalog_key = :key AND database_name = :db", db=name)
         self._execute(f"DELETE FROM {DATABASE_PROPERTIES} WHERE catalog_key = :key AND database_name = :db",
                       db=name)
 
@@ -338,7 +372,7 @@ class JdbcCatalog(Catalog):
             if ignore_if_exists:
                 return self.get_table(ident)
             raise TableAlreadyExistsError(f"table {ident} already exists")
-        path = self.table_path(ident)
+        path, relocated = self._new_table_path(ident)
         try:
             SchemaManager(self.file_io, path).create(table_schema, str(ident))
         except TableAlreadyExistsError:
@@ -348,8 +382,7 @@ class JdbcCatalog(Catalog):
                 f"table {ident}: {path} already holds a table schema (not registered in catalog "
                 f"{self.catalog_key!r}, or created concurrently)") from None
         try:
-            self._execute(f"INSERT INTO {TABLES} (catalog_key, database_name, table_name) VALUES (:key, :db, :t)",
-                          db=ident.database, t=ident.table)
+            self._register_table(ident, path if relocated else None)
         except IntegrityError:
             self.file_io.delete_dir(path)
             if ignore_if_exists:
@@ -359,6 +392,48 @@ class JdbcCatalog(Catalog):
             self.file_io.delete_dir(path)  # not registered: leave no orphan schema behind
             raise
         return self._mirrored(self.get_table(ident))
+
+    def _register_table(self, ident: Identifier, location: str | None) -> None:
+        params = {"key": self.catalog_key, "db": ident.database, "t": ident.table, "loc": location}
+        with self.engine.begin() as conn:
+            conn.execute(text(f"INSERT INTO {TABLES} (catalog_key, database_name, table_name) "
+                              "VALUES (:key, :db, :t)"), params)
+            conn.execute(text(f"DELETE FROM {TABLE_ROWS} WHERE {_WHERE_TABLE}"), params)
+            if location is not None:
+                conn.execute(text(f"INSERT INTO {TABLE_ROWS} (catalog_key, database_name, table_name, location) "
+                                  "VALUES (:key, :db, :t, :loc)"), params)
+
+    def rename_table(self, source: str | Identifier, target: str | Identifier) -> Table:
+        """Rename by the catalog's rows alone: the table keeps its directory (clients find it by the
+        path in the table's metadata), so nothing is copied and a commit racing the rename lands in
+        the same files. Under the lock mode the old name's lock is held meanwhile, and a commit
+        locks whatever name the table has when it publishes (``snapshot_publisher``). Within one
+        database only: dropping the old database would delete the files of a table moved out."""
+        source, target = Identifier.parse(source), Identifier.parse(target)
+        check_table_name(source.table)
+        check_table_name(target.table)
+        self.check_lock_id(target)
+        table = self.get_table(source)
+        if not self._database_exists(target.database):
+            raise DatabaseNotFoundError(f"database {target.database!r} does not exist")
+        if target.database != source.database:
+            raise CatalogOperationNotSupportedError(
+                f"rename {source} to {target}: a table keeps its directory when renamed, which lies in database "
+                f"{source.database!r}; moving it to another database would need every file copied")
+        params = {"key": self.catalog_key, "db": source.database, "t": source.table, "t2": target.table,
+                  "loc": table.path}
+        with self.schema_change_lock(table):
+            try:
+                with self.engine.begin() as conn:
+                    moved = conn.execute(text(f"UPDATE {TABLES} SET table_name = :t2 WHERE {_WHERE_TABLE}"), params)
+                    if not moved.rowcount:
+                        raise TableNotFoundError(f"table {source} does not exist")
+                    conn.execute(text(f"DELETE FROM {TABLE_ROWS} WHERE {_WHERE_TABLE}"), params)
+                    conn.execute(text(f"INSERT INTO {TABLE_ROWS} (catalog_key, database_name, table_name, location) "
+                                      "VALUES (:key, :db, :t2, :loc)"), params)
+            except IntegrityError:
+                raise TableAlreadyExistsError(f"table {target} already exists") from None
+        return self.get_table(target)
 
     def get_table(self, name: str | Identifier) -> Table:
         ident = Identifier.parse(name)
@@ -394,8 +469,10 @@ class JdbcCatalog(Catalog):
         if path is not None:
             with contextlib.suppress(TableNotFoundError, CorruptMetadataError):
                 drop_mirror(self.get_table(ident))
-        deleted = self._execute(f"DELETE FROM {TABLES} WHERE catalog_key = :key AND database_name = :db "
-                                "AND table_name = :t", db=ident.database, t=ident.table)
+        params = {"key": self.catalog_key, "db": ident.database, "t": ident.table}
+        with self.engine.begin() as conn:
+            deleted = conn.execute(text(f"DELETE FROM {TABLES} WHERE {_WHERE_TABLE}"), params).rowcount
+            conn.execute(text(f"DELETE FROM {TABLE_ROWS} WHERE {_WHERE_TABLE}"), params)
         if not deleted:
             if ignore_if_not_exists:
                 return
@@ -443,5 +520,25 @@ class JdbcCatalog(Catalog):
             return None
         locks = self.locks
         assert locks is not None
-        database, name = table.identifier.database, table.identifier.table
-        return LockedPublisher(lambda: locks.lock(database, name), margin_seconds=min(5.0, locks.expire_seconds / 4))
+
+        def lock_id() -> str:
+            return locks.lock_id(table.identifier.database, self._lock_name(table))
+
+        return LockedPublisher(lambda: locks.lock(table.identifier.database, self._lock_name(table)),
+                               margin_seconds=min(5.0, locks.expire_seconds / 4), current_lock_id=lock_id)
+
+    def _lock_name(self, table: Table) -> str:
+        """The name whose lock guards `table`'s commits now: its name when loaded, or the one it was
+        renamed to since (found by its directory, which a rename keeps); a branch's suffix kept."""
+        from strata.snapshot.branches import split_branch_table
+
+        base = split_branch_table(table.identifier.table)[0]
+        suffix = table.identifier.table[len(base):]
+        ident = Identifier(table.identifier.database, base)
+        if self._registered(ident) and self.table_path(ident) == table.path:
+            return table.identifier.table
+        renamed = self._rows(f"SELECT table_name FROM {TABLE_ROWS} WHERE catalog_key = :key AND database_name = :db "
+                             "AND location = :p", db=ident.database, p=table.path)
+        if not renamed:
+            raise NothingPublishedError(f"table {ident} was dropped: nothing published to {table.path}")
+        return f"{renamed[0][0]}{suffix}"

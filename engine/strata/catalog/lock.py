@@ -251,6 +251,9 @@ class JdbcCatalogLock:
                         self.check_max_sleep_ms, self.expire_seconds)
 
 
+RENAMED_RETRIES = 5  # renames a waiting commit follows to the table's new lock before giving up
+
+
 class LockedPublisher:
     """Publishes snapshot-N under a table's lock: check that N is absent, write it, release (as
     Paimon's ``RenamingSnapshotCommit``). A publish function for ``FileStoreCommit``: True
@@ -258,20 +261,17 @@ class LockedPublisher:
     nothing was written (a check or the lock database failed), OSError when the write stayed
     ambiguous after being put again."""
 
-    def __init__(self, new_lock: Callable[[], JdbcLock], margin_seconds: float):
+    def __init__(self, new_lock: Callable[[], JdbcLock], margin_seconds: float,
+                 current_lock_id: Callable[[], str] | None = None):
         self.new_lock = new_lock
         self.margin_seconds = margin_seconds  # the lease must outlast the write by this much
+        # the lock id guarding the table now: a table renamed while we queued is guarded by its new name's
+        self.current_lock_id = current_lock_id
 
     def __call__(self, manager: SnapshotManager, snapshot: Snapshot) -> bool:
         if self._exists(manager, snapshot):  # already lost: do not queue for the lock to learn it
             return False
-        lock = self.new_lock()
-        try:
-            lock.acquire()
-        except DBAPIError as exc:
-            _release_quietly(lock)  # the INSERT may have landed and lost its reply
-            raise NothingPublishedError(f"snapshot {snapshot.id} of {manager.table_path} not written: the lock "
-                                        f"database is unavailable ({type(exc).__name__}: {exc})") from exc
+        lock = self._acquire(manager, snapshot)
         try:
             if self._exists(manager, snapshot) or lock.valid_for() < self.margin_seconds:
                 published = False  # taken meanwhile, or the lease may lapse mid-write: retry with a fresh one
@@ -309,6 +309,25 @@ class LockedPublisher:
             except OSError as exc:
                 ambiguous = exc
         raise ambiguous
+
+    def _acquire(self, manager: SnapshotManager, snapshot: Snapshot) -> JdbcLock:
+        """The table's lock, held. A table renamed while we queued is guarded by its new name's
+        lock from then on: that one is taken instead."""
+        for _ in range(RENAMED_RETRIES):
+            lock: JdbcLock | None = None
+            try:
+                lock = self.new_lock()
+                lock.acquire()
+                if self.current_lock_id is None or self.current_lock_id() == lock.lock_id:
+                    return lock
+            except DBAPIError as exc:
+                if lock is not None:
+                    _release_quietly(lock)  # the INSERT may have landed and lost its reply
+                raise NothingPublishedError(f"snapshot {snapshot.id} of {manager.table_path} not written: the "
+                                            f"lock database is unavailable ({type(exc).__name__}: {exc})") from exc
+            _release_quietly(lock)
+        raise NothingPublishedError(f"snapshot {snapshot.id} of {manager.table_path} not written: the table was "
+                                    f"renamed {RENAMED_RETRIES} times while its commit waited for the lock")
 
     @staticmethod
     def _exists(manager: SnapshotManager, snapshot: Snapshot) -> bool:

@@ -27,7 +27,7 @@ only):
 ``GET|POST /v1/{prefix}/databases/{db}/tables``              list (``tableNamePattern``), create
 ``GET  /v1/{prefix}/databases/{db}/table-details``           every table as by get
 ``GET|POST|DELETE /v1/{prefix}/databases/{db}/tables/{t}``   get (id, path, schema), alter, drop
-``POST /v1/{prefix}/tables/rename``                          rename (the directory moves)
+``POST /v1/{prefix}/tables/rename``                          rename by metadata: no file moves (JDBC; else 501)
 ``POST /v1/{prefix}/databases/{db}/tables/{t}/commit``       publish the client's snapshot
 ``GET  /v1/{prefix}/databases/{db}/tables/{t}/snapshot``     latest snapshot with counts
 ``GET  /v1/{prefix}/databases/{db}/tables/{t}/snapshots/{v}`` a snapshot by id or tag

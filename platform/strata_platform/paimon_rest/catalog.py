@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from strata import metrics, names
-from strata.catalog import Catalog, Identifier
+from strata.catalog import Catalog, CatalogOperationNotSupportedError, Identifier
 from strata.catalog.jdbc import JdbcCatalog
 from strata.errors import (
     CommitConflictError,
@@ -45,7 +45,6 @@ from strata.snapshot.snapshot import Snapshot
 from strata.snapshot.snapshot_manager import NothingPublishedError
 from strata.table.table import Table
 from strata_platform.paimon_rest import changes as schema_changes
-from strata_platform.paimon_rest.relocate import rename_table
 
 log = logging.getLogger("strata.paimon_rest")
 
@@ -292,14 +291,17 @@ class PaimonRestCatalog:
         request = body_object(body, "rename table")
         source = identifier_of(request.get("source"), "source")
         target = identifier_of(request.get("destination"), "destination")
-        table = self.table(source.database, source.table)
+        self.table(source.database, source.table)
         self.database(target.database)
         with client_errors(TABLE, str(target)):
             names.check_table_name(source.table)
             names.check_table_name(target.table)
             if self.catalog.table_exists(target):
                 raise TableAlreadyExistsError(f"table {target} already exists")
-            rename_table(self.catalog, table, target)
+            try:
+                self.catalog.rename_table(source, target)
+            except CatalogOperationNotSupportedError as exc:
+                raise RestError(501, str(exc)) from None
 
     def table_token(self, database: str, name: str) -> dict[str, Any]:
         self.table(database, name)
