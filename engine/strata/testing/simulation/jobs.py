@@ -1,14 +1,17 @@
 """Concurrent committers of one step, interleaved at every storage call under the run's faults
 (strata.testing.simulation.concurrency): writers with their own commit users, a compaction job, a
-maintenance job (snapshot expiry, orphan cleanup) and, on append tables, two jobs that share one
-commit user, each with its own identifier sequence (a reused ``commit-user``).
+maintenance job (snapshot expiry, orphan cleanup) and two jobs that share one commit user, each
+with its own identifier sequence (a reused ``commit-user``; on primary-key tables whose batch reads
+show level 0, with fresh keys).
 
 The model accepts exactly what each committer reported, batch by batch: done (in the table, and
 the snapshot the result names is the one that added it; a replay skipped as a duplicate: absent),
 not done (absent), unknown or killed (either, decided by reading the table once). On primary-key
 tables every writer owns its keys within the step, so whatever order the commits land in, the
-model has one answer; a batch landed iff a snapshot carries its (commit user, identifier). On
-append tables every row has its own id, so a batch landed iff its ids are in the table.
+model has one answer; a batch landed iff a snapshot carries its (commit user, identifier), except a
+shared-user job's, whose identifiers the other job reuses: its keys are fresh, so it landed iff they
+are in the table. On append tables every row has its own id, so a batch landed iff its ids are in
+the table.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ import pyarrow as pa
 
 from strata.testing.simulation.concurrency import DONE, KILLED, NOT_DONE, UNKNOWN, Outcome
 from strata.testing.simulation.context import arrow_of, batch_rows
-from strata.testing.simulation.model import Row, TableModel
+from strata.testing.simulation.model import Row, TableModel, canonical
 from strata.testing.simulation.readers import Mismatch, actual_rows, expected_rows
+from strata.testing.simulation.values import atomic_value
 
 TABLE = "sim.t"
 SHARED_USER = "sim-shared"  # the commit user both shared-user jobs were configured with
 GUARD = "sim-guard"  # a consumer that keeps the step's snapshots from expiring until it is decided
+FRESH_KEYS = 1000  # shared-user batches' keys start here; the other batches' stay below 25
 
 
 class OutcomeContradicted(AssertionError):
@@ -44,6 +49,9 @@ class Batch:
     rows: list[Row]
     kinds: list[str] | None
     data: pa.Table
+    # whether the batch's rows tell whether it landed (its own ids or fresh keys), rather than a
+    # snapshot with its (commit user, identifier): two jobs sharing a user reuse identifiers
+    by_content: bool = False
 
 
 @dataclass
@@ -70,6 +78,8 @@ def concurrent_jobs(ctx: Any, rng: random.Random) -> str:
     """Plan the step's committers, run them interleaved, check every outcome against the table,
     and bring the model to what landed."""
     committers = _plan_writers(ctx, rng, arrow_of)
+    if any(c.name == "s0" for c in committers):
+        ctx.counters[f"jobs:shared_user:{'primary' if ctx.model.is_primary else 'append'}"] += 1
     actors: dict[str, Any] = {c.name: c.act for c in committers}
     if rng.random() < 0.4:
         full = rng.random() < 0.5
@@ -114,14 +124,26 @@ def _plan_writers(ctx: Any, rng: random.Random, arrow_of: Any) -> list[Committer
                 batches.append(Batch(f"sim-{name}", base + b + 1, rows, kinds, arrow_of(ctx, rows)))
         committers.append(Committer(name, batches, _latest_of(ctx)))
     ctx.identifier = base + 2
-    if not ctx.model.is_primary and rng.random() < 0.5:
-        for job in ("s0", "s1"):
-            start = ctx.shared_identifiers.get(job, 0)
-            count = rng.randint(1, 3)
-            batches = [_shared_batch(ctx, rng, arrow_of, start + n + 1) for n in range(count)]
-            ctx.shared_identifiers[job] = start + count
-            committers.append(Committer(job, batches, _latest_of(ctx)))
+    if ctx.model.is_primary and not ctx.model.level0_hidden:
+        # a stream of its own: the draws of the steps planned before primary-key tables had shared jobs stay
+        shared_rng = random.Random(f"shared:{ctx.identifier}:{ctx.next_row_id}")
+        if shared_rng.random() < 0.5:
+            committers += _shared_jobs(ctx, shared_rng, arrow_of)
+    elif not ctx.model.is_primary and rng.random() < 0.5:
+        committers += _shared_jobs(ctx, rng, arrow_of)
     return committers
+
+
+def _shared_jobs(ctx: Any, rng: random.Random, arrow_of: Any) -> list[Committer]:
+    """Two jobs configured with one commit user, each numbering its commits from where it left off."""
+    jobs = []
+    for job in ("s0", "s1"):
+        start = ctx.shared_identifiers.get(job, 0)
+        count = rng.randint(1, 3)
+        batches = [_shared_batch(ctx, rng, arrow_of, start + n + 1) for n in range(count)]
+        ctx.shared_identifiers[job] = start + count
+        jobs.append(Committer(job, batches, _latest_of(ctx)))
+    return jobs
 
 
 def _latest_of(ctx: Any) -> Callable[[], int]:
@@ -145,9 +167,24 @@ def _row_kinds(model: TableModel, rng: random.Random, count: int) -> list[str] |
 
 
 def _shared_batch(ctx: Any, rng: random.Random, arrow_of: Any, identifier: int) -> Batch:
-
+    """On a primary-key table the batch's keys are fresh (none in the table or another batch), so
+    its rows alone say whether it landed, whichever job's commit carries the identifier."""
     rows = batch_rows(ctx, rng, rng.randint(1, 10))
-    return Batch(SHARED_USER, identifier, rows, None, arrow_of(ctx, rows))
+    if ctx.model.is_primary:
+        rows = _with_fresh_keys(ctx, rows)
+    return Batch(SHARED_USER, identifier, rows, None, arrow_of(ctx, rows), by_content=True)
+
+
+def _with_fresh_keys(ctx: Any, rows: list[Row]) -> list[Row]:
+    """Each row gets key values past the range other batches draw theirs from (the run's row counter)."""
+    model = ctx.model
+    keys = [model.column(k) for k in model.primary_keys if k not in model.partition_keys]
+    for row in rows:
+        ctx.next_row_id += 1
+        for column in keys:
+            row[column.field_id] = atomic_value(random.Random(0), column.type.with_nullable(False),
+                                                FRESH_KEYS + ctx.next_row_id)
+    return rows
 
 
 def _maintenance(rng: random.Random, started: dt.datetime) -> Any:
@@ -170,7 +207,8 @@ def _maintenance(rng: random.Random, started: dt.datetime) -> Any:
 def _decide(ctx: Any, committers: list[Committer], outcomes: dict[str, Outcome]) -> dict[str, list[bool]]:
     """Which of each committer's batches landed, checked against what it reported (a committer
     stops at its first failure: the batches after it were never tried)."""
-    present = _present_ids(ctx) if not ctx.model.is_primary else None
+    present = _present_ids(ctx) if not ctx.model.is_primary else \
+        _present_keys(ctx) if any(b.by_content for c in committers for b in c.batches) else None
     carried = _carried(ctx)
     landed: dict[str, list[bool]] = {}
     for committer in committers:
@@ -190,6 +228,23 @@ def _present_ids(ctx: Any) -> Counter[Any]:
     return ids
 
 
+def _present_keys(ctx: Any) -> Counter[Any]:
+    """The keys a plain read of a primary-key table shows (each once: the table merges them)."""
+    return Counter(_key_rows(ctx, ctx.table.to_arrow(columns=list(ctx.model.primary_keys))))
+
+
+def _key_rows(ctx: Any, read: pa.Table) -> list[tuple[Any, ...]]:
+    columns = [read.column(k).to_pylist() for k in ctx.model.primary_keys]
+    return [tuple(canonical(v) for v in values) for values in zip(*columns, strict=True)]
+
+
+def _identities(ctx: Any, batch: Batch) -> list[Any]:
+    """What tells the batch's rows apart in a read: ids on append tables, keys on primary-key tables."""
+    if ctx.model.is_primary:
+        return [ctx.model.key_of(r) for r in batch.rows]
+    return [r[ctx.model.column("id").field_id] for r in batch.rows]
+
+
 def _carried(ctx: Any) -> dict[tuple[str, int], int]:
     """(commit user, identifier) -> the first retained snapshot that carries it, not a compaction."""
     found: dict[tuple[str, int], int] = {}
@@ -201,9 +256,9 @@ def _carried(ctx: Any) -> dict[tuple[str, int], int]:
 
 def _landed(ctx: Any, batch: Batch, present: Counter[Any] | None,
             carried: dict[tuple[str, int], int]) -> bool:
-    if present is None:
+    if present is None or (ctx.model.is_primary and not batch.by_content):
         return (batch.user, batch.identifier) in carried
-    ids = [r[ctx.model.column("id").field_id] for r in batch.rows]
+    ids = _identities(ctx, batch)
     found = [i for i in ids if present[i]]
     if found and found != ids:
         raise OutcomeContradicted(f"part of a batch of {batch.user} ({batch.identifier}) landed: {found} of {ids}")
@@ -236,17 +291,20 @@ def _check_own_snapshot(ctx: Any, where: str, batch: Batch, snapshot_ids: list[i
     retained = {s.id for s in ctx.table.snapshots()}
     if first not in retained:
         return
-    if ctx.model.is_primary:
+    if ctx.model.is_primary and not batch.by_content:
         if carried.get((batch.user, batch.identifier)) != first:
             raise OutcomeContradicted(f"{where}: told snapshot {first}, but the batch is in "
                                       f"{carried.get((batch.user, batch.identifier))}")
         return
-    ids = {r[ctx.model.column("id").field_id] for r in batch.rows}
+    ids = set(_identities(ctx, batch))
     if not ids <= _ids_at(ctx, first) or (first - 1 in retained and ids & _ids_at(ctx, first - 1)):
         raise OutcomeContradicted(f"{where}: told snapshot {first} added the batch, but it did not")
 
 
 def _ids_at(ctx: Any, snapshot_id: int) -> set[Any]:
+    """The ids (append tables) or keys (primary-key tables) snapshot `snapshot_id` shows."""
+    if ctx.model.is_primary:
+        return set(_key_rows(ctx, ctx.table.to_arrow(snapshot_id=snapshot_id, columns=list(ctx.model.primary_keys))))
     return set(ctx.table.to_arrow(snapshot_id=snapshot_id, columns=["id"]).column("id").to_pylist())
 
 
