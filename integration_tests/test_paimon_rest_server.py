@@ -27,12 +27,15 @@ import pytest
 
 from strata.catalog import FileSystemCatalog, Identifier
 from strata.catalog.jdbc import JdbcCatalog
+from strata.format import binary_row
+from strata.fs.file_io import LocalFileIO
+from strata.manifest.manifest_store import DECODED_MANIFESTS
 from strata.snapshot.snapshot import Snapshot
 from strata.snapshot.snapshot_manager import NothingPublishedError, SnapshotManager
 from strata.table.table import Table
 from strata_platform import iceberg_rest
 from strata_platform.http_service import JsonServer
-from strata_platform.paimon_rest import PaimonRestCatalog, start
+from strata_platform.paimon_rest import PaimonRestCatalog, start, statistics
 
 pytestmark = pytest.mark.sqlite
 
@@ -631,3 +634,83 @@ def test_a_rename_that_would_copy_files_is_not_implemented(server: JsonServer[An
         status, answer = _rename(fs_server, "t", "t2")
     assert status == 501 and "renaming would copy every file" in answer["message"]
     assert files.list_tables("db") == ["t"]
+
+
+# -- snapshot and partition answers from the commits' statistics (defect: manifests read on every call) --
+
+class CountingFileIO(LocalFileIO):
+    """Local storage that counts the reads of manifest lists and manifests."""
+
+    manifest_reads = 0
+
+    def read_bytes(self, path: str) -> bytes:
+        self.manifest_reads += "/manifest/" in path
+        return super().read_bytes(path)
+
+    def open_input_file(self, path: str) -> pa.NativeFile:
+        self.manifest_reads += "/manifest/" in path
+        return super().open_input_file(path)
+
+
+def _partition_deltas(table: Table, snapshot: Snapshot) -> list[dict[str, Any]]:
+    """What a Paimon client sends with its commit: the files its delta adds, per partition."""
+    store = table.manifest_store
+    deltas: dict[str, dict[str, Any]] = {}
+    for meta in store.read_manifest_list(snapshot.delta_manifest_list):
+        for entry in store.read_manifest(meta.file_name):
+            (value,) = binary_row.deserialize(entry.partition, [pa.string()])
+            delta = deltas.setdefault(value, {"spec": {"p": value}, "recordCount": 0, "fileSizeInBytes": 0,
+                                              "fileCount": 0, "lastFileCreationTime": 0})
+            sign = 1 if entry.kind.name == "ADD" else -1
+            delta["recordCount"] += sign * entry.file.row_count
+            delta["fileSizeInBytes"] += sign * entry.file.file_size
+            delta["fileCount"] += sign
+            delta["lastFileCreationTime"] = max(delta["lastFileCreationTime"], entry.file.creation_time or 0)
+    return list(deltas.values())
+
+
+def test_snapshot_and_partitions_are_answered_without_reading_manifests(tmp_path: Path) -> None:
+    file_io = CountingFileIO()
+    catalog = JdbcCatalog(str(tmp_path / "warehouse"), {"metastore": "jdbc"}, file_io=file_io)
+    catalog.create_database("db")
+    schema = pa.schema([*SCHEMA, pa.field("p", pa.string())])
+    table = catalog.create_table("db.t", schema, partition_keys=["p"])
+    table.write(pa.table({"id": [1, 2, 3], "v": ["x"] * 3, "p": ["a", "a", "b"]}, schema=schema))
+    for server in _serve(start(PaimonRestCatalog(catalog), port=0, token=TOKEN)):
+        base = call(server, "GET", f"{API}/databases/db/tables/t/snapshot")[1]["snapshot"]  # computed once
+        table.write(pa.table({"id": [4], "v": ["y"], "p": ["b"]}, schema=schema))
+        latest = table.snapshot_manager.latest()
+        assert latest is not None
+        body = {**_snapshot_to_commit_as_is(table, latest), "statistics": _partition_deltas(table, latest)}
+        assert call(server, "POST", COMMIT, body) == (200, {"success": True})
+        DECODED_MANIFESTS.clear()
+        file_io.manifest_reads = 0
+        status, snapshot = call(server, "GET", f"{API}/databases/db/tables/t/snapshot")
+        status_p, partitions = call(server, "GET", f"{API}/databases/db/tables/t/partitions")
+        assert file_io.manifest_reads == 0
+        assert (status, status_p) == (200, 200)
+        truth = statistics.computed(catalog.get_table("db.t"), latest)  # read from the manifests
+        assert file_io.manifest_reads > 0
+        answer = snapshot["snapshot"]
+        assert answer["snapshot"]["id"] == 2 and answer["recordCount"] == 4
+        assert answer["fileCount"] == truth.total("fileCount") == base["fileCount"] + 1
+        assert answer["fileSizeInBytes"] == truth.total("fileSizeInBytes") > base["fileSizeInBytes"] > 0
+        assert partitions["partitions"] == [truth.partitions[k].to_json() for k in sorted(truth.partitions)]
+        assert [(p["spec"], p["recordCount"], p["fileCount"]) for p in partitions["partitions"]] == [
+            ({"p": "a"}, 2, 1), ({"p": "b"}, 2, 2)]
+        # a snapshot the server did not see committed (rolled back and written again) is read afresh
+        table.rollback_to(1)
+        table.write(pa.table({"id": [5, 6], "v": ["z"] * 2, "p": ["a", "a"]}, schema=schema))
+        answer = call(server, "GET", f"{API}/databases/db/tables/t/snapshot")[1]["snapshot"]
+        assert answer["recordCount"] == 5 and answer["fileCount"] == base["fileCount"] + 1
+        partitions = call(server, "GET", f"{API}/databases/db/tables/t/partitions")[1]["partitions"]
+        assert [(p["spec"], p["recordCount"]) for p in partitions] == [({"p": "a"}, 4), ({"p": "b"}, 1)]
+    catalog.close()
+
+
+def _snapshot_to_commit_as_is(table: Table, latest: Snapshot) -> dict[str, Any]:
+    """Take the latest snapshot back out of the table, as if only a client had it."""
+    manager = table.snapshot_manager
+    table.file_io.delete(manager.path(latest.id))
+    table.file_io.write_bytes(f"{manager.dir}/LATEST", str(latest.id - 1).encode())
+    return {"snapshot": json.loads(latest.to_json())}

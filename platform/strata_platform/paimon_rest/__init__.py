@@ -29,9 +29,9 @@ only):
 ``GET|POST|DELETE /v1/{prefix}/databases/{db}/tables/{t}``   get (id, path, schema), alter, drop
 ``POST /v1/{prefix}/tables/rename``                          rename by metadata: no file moves (JDBC; else 501)
 ``POST /v1/{prefix}/databases/{db}/tables/{t}/commit``       publish the client's snapshot
-``GET  /v1/{prefix}/databases/{db}/tables/{t}/snapshot``     latest snapshot with counts
+``GET  /v1/{prefix}/databases/{db}/tables/{t}/snapshot``     latest snapshot, counts from commits' statistics
 ``GET  /v1/{prefix}/databases/{db}/tables/{t}/snapshots/{v}`` a snapshot by id or tag
-``GET  /v1/{prefix}/databases/{db}/tables/{t}/partitions``   partitions with their statistics
+``GET  /v1/{prefix}/databases/{db}/tables/{t}/partitions``   partitions, sums of commits' statistics
 ``GET  /v1/{prefix}/databases/{db}/tables/{t}/token``        object-store options (when vended)
 ``GET|POST /v1/{prefix}/databases/{db}/tables/{t}/branches`` list, create (``fromTag``)
 ``DELETE /v1/{prefix}/databases/{db}/tables/{t}/branches/{b}``, ``POST .../branches/{b}/forward``

@@ -45,6 +45,7 @@ from strata.snapshot.snapshot import Snapshot
 from strata.snapshot.snapshot_manager import NothingPublishedError
 from strata.table.table import Table
 from strata_platform.paimon_rest import changes as schema_changes
+from strata_platform.paimon_rest import statistics
 
 log = logging.getLogger("strata.paimon_rest")
 
@@ -142,6 +143,7 @@ class PaimonRestCatalog:
         self.token_options = dict(token_options) if token_options else None
         self.token_seconds = token_seconds
         self.after_commit = after_commit or mirror_after_commit
+        self.statistics = statistics.StatisticsStore()
 
     # -- config ---------------------------------------------------------------------------------------
     def config(self, warehouse: str | None) -> dict[str, Any]:
@@ -316,7 +318,7 @@ class PaimonRestCatalog:
         latest = table.snapshot_manager.latest()
         if latest is None:
             raise not_found(SNAPSHOT, f"{database}.{name}", f"table {database}.{name} has no snapshot yet")
-        return {"snapshot": table_snapshot(table, latest)}
+        return {"snapshot": table_snapshot(latest, self.statistics.of(table, latest))}
 
     def snapshot(self, database: str, name: str, version: str) -> dict[str, Any]:
         table = self.table(database, name)
@@ -350,12 +352,18 @@ class PaimonRestCatalog:
         if not isinstance(base_uuid, str | None):
             raise bad_request(f"commit: baseSnapshotUuid must be a string, got {base_uuid!r}")
         snapshot = self._client_snapshot(table, request.get("snapshot"))
+        try:
+            deltas = statistics.parse_deltas(request.get("statistics"))
+        except statistics.MalformedStatistics as exc:
+            raise bad_request(f"commit: {exc}") from None
         mode = commit_mode(table)
         if mode == "unsafe":
             raise RestError(501, f"commits to {database}.{name} are refused: its object store has neither a "
                                  "conditional PUT nor a catalog lock, so two commits could both win one snapshot "
                                  "id (enable the JDBC lock or s3.conditional-put)")
         published = publish(table, snapshot, base_uuid, mode)
+        if published:
+            self.statistics.committed(table, snapshot, deltas)
         if published and is_main(table):
             self._after_publish(table)
         log.info("commit %s.%s snapshot %d: %s", database, name, snapshot.id,
@@ -479,8 +487,12 @@ class PaimonRestCatalog:
     # -- partitions -----------------------------------------------------------------------------------
     def list_partitions(self, database: str, name: str, pattern: str | None = None) -> dict[str, Any]:
         table = self.table(database, name)
-        partitions = [p for p in partition_statistics(table)
-                      if matches("/".join(f"{k}={v}" for k, v in p["spec"].items()), pattern)]
+        latest = table.snapshot_manager.latest()
+        if latest is None or not table.schema.partition_keys:
+            return {"partitions": [], "nextPageToken": None}
+        sums = self.statistics.of(table, latest).partitions
+        partitions = [sums[key].to_json() for key in sorted(sums)
+                      if matches("/".join(f"{k}={v}" for k, v in sums[key].spec.items()), pattern)]
         return {"partitions": partitions, "nextPageToken": None}
 
     # -- branches -------------------------------------------------------------------------------------
@@ -662,44 +674,11 @@ def schema_from_request(schema: dict[str, Any], where: str) -> TableSchema:
                        comment=comment if isinstance(comment, str) else None)
 
 
-def table_snapshot(table: Table, snapshot: Snapshot) -> dict[str, Any]:
-    """Paimon's TableSnapshot: the snapshot with its record and file counts (from the manifest
-    lists' entry counts: no manifest is read)."""
-    store = table.manifest_store
-    metas = store.read_manifest_list(snapshot.base_manifest_list) + store.read_manifest_list(
-        snapshot.delta_manifest_list)
-    files = sum(m.num_added_files - m.num_deleted_files for m in metas)
+def table_snapshot(snapshot: Snapshot, sums: statistics.SnapshotSums) -> dict[str, Any]:
+    """Paimon's TableSnapshot: the snapshot with the file counts of its partitions' sums."""
     return {"snapshot": json.loads(snapshot.to_json()), "recordCount": snapshot.total_record_count,
-            "fileSizeInBytes": 0, "fileCount": files, "lastFileCreationTime": snapshot.time_millis}
-
-
-def partition_statistics(table: Table) -> list[dict[str, Any]]:
-    """Paimon's Partition objects of the live files of the latest snapshot."""
-    from collections import defaultdict
-
-    from strata.format import binary_row
-    from strata.table.system_tables import java_string
-
-    scan = table.new_scan()
-    snapshot = scan.snapshot()
-    if snapshot is None or not table.schema.partition_keys:
-        return []
-    fields = table.schema.partition_fields()
-    types = [f.type.to_arrow() for f in fields]
-    default_name = str(table.core.get("partition.default-name"))
-    grouped: dict[bytes, list[Any]] = defaultdict(list)
-    for entry in scan.plan_entries(snapshot):
-        grouped[entry.partition].append(entry.file)
-    partitions = []
-    for partition, files in grouped.items():
-        values = binary_row.deserialize(partition, types)
-        spec = {f.name: default_name if v is None else java_string(v, f.type)
-                for f, v in zip(fields, values, strict=True)}
-        created = [f.creation_time for f in files if f.creation_time is not None]
-        partitions.append({"spec": spec, "recordCount": sum(f.row_count for f in files),
-                           "fileSizeInBytes": sum(f.file_size for f in files), "fileCount": len(files),
-                           "lastFileCreationTime": max(created) if created else 0, "done": False})
-    return sorted(partitions, key=lambda p: sorted(p["spec"].items()))
+            "fileSizeInBytes": sums.total("fileSizeInBytes"), "fileCount": sums.total("fileCount"),
+            "lastFileCreationTime": sums.newest_file_time() or snapshot.time_millis}
 
 
 def commit_mode(table: Table) -> str:
