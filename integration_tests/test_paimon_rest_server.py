@@ -714,3 +714,18 @@ def _snapshot_to_commit_as_is(table: Table, latest: Snapshot) -> dict[str, Any]:
     table.file_io.delete(manager.path(latest.id))
     table.file_io.write_bytes(f"{manager.dir}/LATEST", str(latest.id - 1).encode())
     return {"snapshot": json.loads(latest.to_json())}
+
+
+# -- audit fields (defect: absent, so Java wrote owner=null and zeros into the table's options) ---------
+
+def test_a_table_answers_who_created_and_changed_it_and_when(server: JsonServer[Any], catalog: HookedCatalog,
+                                                             tagged: Table) -> None:
+    status, created = call(server, "GET", f"{API}/databases/db/tables/t")
+    assert status == 200
+    assert created["owner"] == created["createdBy"] == created["updatedBy"] == "strata"
+    assert created["createdAt"] == created["updatedAt"] == tagged.schema_manager.schema(0).time_millis > 0
+    assert call(server, "POST", f"{API}/databases/db/tables/t", {"changes": [_add("w")]}) == (200, {})
+    status, altered = call(server, "GET", f"{API}/databases/db/tables/t")
+    assert (altered["id"], altered["createdAt"]) == (created["id"], created["createdAt"])
+    assert altered["updatedAt"] == catalog.get_table("db.t").schema.time_millis >= created["createdAt"]
+    assert altered["schemaId"] == 1

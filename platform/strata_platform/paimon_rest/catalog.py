@@ -136,8 +136,9 @@ class PaimonRestCatalog:
 
     def __init__(self, catalog: Catalog, prefix: str = "strata", defaults: Mapping[str, str] | None = None,
                  token_options: Mapping[str, str] | None = None, token_seconds: int = 7200,
-                 after_commit: Callable[[Table], None] | None = None):
+                 after_commit: Callable[[Table], None] | None = None, owner: str = "strata"):
         self.catalog = catalog
+        self.owner = owner  # who the audit fields name: the server makes every change for its clients
         self.prefix = prefix
         self.defaults = dict(defaults or {})
         self.token_options = dict(token_options) if token_options else None
@@ -243,7 +244,12 @@ class PaimonRestCatalog:
         table = self.table(database, name)
         if not isinstance(table, Table):
             raise bad_request(f"{database}.{name} is a system table: clients load system tables themselves")
-        return table_response(table, name)
+        return {**table_response(table, name), **self._audit(table)}
+
+    def _audit(self, table: Table) -> dict[str, Any]:
+        """Paimon's audit fields: created with schema 0, updated with the current schema."""
+        return {"owner": self.owner, "createdAt": created_millis(table), "createdBy": self.owner,
+                "updatedAt": table.schema.time_millis, "updatedBy": self.owner}
 
     def create_table(self, database: str, body: Any) -> None:
         request = body_object(body, "create table")
@@ -623,11 +629,15 @@ def identifier_of(value: Any, what: str) -> Identifier:
 def table_id(table: Table) -> str:
     """A table's id: stable while it exists, new when a table of the same name is created again
     (derived from its path and the creation time in schema-0)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{table.path}#{created_millis(table)}"))
+
+
+def created_millis(table: Table) -> int:
+    """When the table was created: the time of its schema 0 (0 if that file was removed by hand)."""
     try:
-        created = table.schema_manager.schema(0).time_millis if table.schema.id else table.schema.time_millis
-    except (FileNotFoundError, KeyError, CorruptMetadataError):  # schema-0 removed by hand: the path alone
-        created = 0
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{table.path}#{created}"))
+        return table.schema_manager.schema(0).time_millis if table.schema.id else table.schema.time_millis
+    except (FileNotFoundError, KeyError, CorruptMetadataError):
+        return 0
 
 
 def is_main(table: Table) -> bool:
