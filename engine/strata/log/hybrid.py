@@ -83,7 +83,9 @@ class HybridReader:
                  columns: Sequence[str] | None = None, consumer_config: Mapping[str, Any] | None = None):
         self.table = table = store_of(table)
         self.opts = log_options(table)
-        self.snapshot: Snapshot | None = (table.snapshot_manager.snapshot(snapshot_id) if snapshot_id is not None
+        # snapshot_id 0: before the first snapshot (the log from its beginning)
+        self.snapshot: Snapshot | None = (None if snapshot_id == 0
+                                          else table.snapshot_manager.snapshot(snapshot_id) if snapshot_id is not None
                                           else table.snapshot_manager.latest())
         self.columns = list(columns) if columns is not None else table.schema.field_names
         self.start_offsets = snapshot_log_offsets(self.snapshot)
@@ -105,6 +107,11 @@ class HybridReader:
                                pa.array(["+I"] * data.num_rows, pa.string()))
 
     # -- the log part -------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Connect to the log now (the first read does otherwise); `fell_back` then says whether
+        Kafka still holds the records from the start snapshot's offsets."""
+        self._open()
+
     def _open(self) -> None:
         if self.mode is not None:
             return
@@ -197,8 +204,15 @@ class HybridReader:
     def _consume(self, n: int, timeout: float) -> list[Any]:
         from confluent_kafka import KafkaError
 
+        # what is fetched already; else wait for the first record only (a batch waits out its
+        # whole timeout when fewer records come), then take what arrived with it
+        messages = self._consumer.consume(num_messages=n, timeout=0) if n > 0 else []
+        if not messages and n > 0 and timeout > 0:
+            messages = self._consumer.consume(num_messages=1, timeout=timeout)
+            if messages and n > 1:
+                messages += self._consumer.consume(num_messages=n - 1, timeout=0)
         out = []
-        for m in self._consumer.consume(num_messages=n, timeout=timeout):
+        for m in messages:
             err = m.error()
             if err is None:
                 out.append(m)

@@ -263,13 +263,14 @@ class Table:
 
     def stream(self, from_snapshot: int | None = None, consumer_id: str | None = None,
                columns: Sequence[str] | None = None, poll_interval: float = 1.0,
-               follow: bool = True) -> ChangeStream:
+               follow: bool = True, log: bool | None = None) -> ChangeStream:
         """The table's changes as batches with a `_ROW_KIND` column, following new snapshots
         (strata.stream.ChangeStream); `consumer_id` saves the position, and expiry keeps what it
-        has not read; `follow=False` ends at the latest snapshot."""
+        has not read; `follow=False` ends at the latest snapshot. A table with a Kafka log store
+        is read from the log (sub-second), unless `log=False`."""
         from strata.stream import ChangeStream
 
-        return ChangeStream(self.store, from_snapshot, consumer_id, columns, poll_interval, follow)
+        return ChangeStream(self.store, from_snapshot, consumer_id, columns, poll_interval, follow, log)
 
     def read_incremental(self, start_exclusive: int, end_inclusive: int,
                          columns: Sequence[str] | None = None) -> pa.Table:
