@@ -17,13 +17,28 @@ from strata.testing.simulation import Scenario, operations, run, shrink
 from strata.testing.simulation.runner import describe
 
 STEPS = 40
-SEEDS = (0, 2, 4, 12, 14, 15, 37)  # 40 steps each (seed 3 runs in the replay test)
+SEEDS = (0, 2, 12, 14, 15, 60, 68)  # 40 steps each
 # outcomes of concurrent committers a fixed seed must reach, so that each branch of the judgement
-# runs in this tier (seeds 12 and 37 publish under the JDBC lock, the others by conditional PUT)
-REACHES = {2: {"done", "not_done"}, 12: {"killed", "not_done"}, 37: {"killed", "not_done"}}
+# runs in this tier (seeds 12, 60 and 68 publish under the JDBC lock, the others by conditional PUT)
+REACHES = {2: {"done", "not_done"}, 12: {"killed", "not_done"}, 68: {"killed", "not_done"}}
+# operations a fixed seed must reach (counter labels): a branch fast-forwarded into main under the lock,
+# and refused by conditional PUT
+OPERATIONS = {60: {"op:fast_forward:forwarded", "op:create_branch:from_snapshot"},
+              14: {"op:fast_forward:refused_without_lock"}}
+# a seed under the fault mix that loses the snapshot PUT's reply and fails its read-back: the
+# committers' outcome-unknown path (CommitStateUnknownError, then the harness reads the table once)
+UNKNOWN_SEED = Scenario(2, 20, faults="snapshot-unknown")
+# seed 60: a write, a branch from its snapshot, main rewritten and its snapshots expired
+BRANCH_EXPIRY = Scenario(60, 40, (0, 11, 31, 33, 36))
 
-# seed -> (steps, the shrunk operations, the bug): none open
-KNOWN_FAILURES: dict[int, tuple[int, tuple[int, ...], str]] = {}
+# seed -> (steps, the shrunk operations, the bug)
+KNOWN_FAILURES: dict[int, tuple[int, tuple[int, ...], str]] = {
+    4: (40, (17, 19, 25), "ignore-delete keeps retractions in the written records: on an aggregation table "
+                          "(ignore-delete, changelog-producer=input) read_incremental returns -D/-U rows for keys "
+                          "the table keeps, since the writer drops them only when merging "
+                          "(strata/mergetree/anti_join.py, partial_update.py), not before writing as Paimon's "
+                          "TableWriteImpl does"),
+}
 
 
 # seed -> (steps, the shrunk operations, the bug it found, since fixed): each replays its shrunk sequence
@@ -57,6 +72,7 @@ def test_seed_matches_the_model(seed: int) -> None:
     assert result.steps_run == STEPS
     reached = {k.removeprefix("outcome:") for k, n in result.counters.items() if k.startswith("outcome:") and n}
     assert reached >= REACHES.get(seed, set()), f"seed {seed} reached outcomes {sorted(reached)}"
+    assert {k for k, n in result.counters.items() if n} >= OPERATIONS.get(seed, set()), sorted(result.counters)
     print(f"seed {seed}: " + ", ".join(f"{k} {n}" for k, n in sorted(result.counters.items())
                                       if k.startswith(("outcome:", "fault:", "publish:"))))
 
@@ -70,11 +86,20 @@ def test_known_failure_still_fails(seed: int) -> None:
     pytest.xfail(f"known bug: {bug}\n{describe(result)}")
 
 
+def test_the_snapshot_fault_mix_reaches_the_unknown_outcome() -> None:
+    result = run(UNKNOWN_SEED)
+    assert result.failure is None, describe(result)
+    assert result.counters["outcome:unknown"] >= 1 and result.counters["fault:lost_reply"] >= 1, result.counters
+    print(f"seed {UNKNOWN_SEED.seed} ({UNKNOWN_SEED.faults}): " + ", ".join(
+        f"{k} {n}" for k, n in sorted(result.counters.items()) if k.startswith(("outcome:", "fault:"))))
+
+
 def test_a_seed_replays_the_same_run() -> None:
-    first, second = run(Scenario(3, 25)), run(Scenario(3, 25))
+    """Seed 60's first 14 steps: two concurrent steps under faults, a branch, a rollback."""
+    first, second = run(Scenario(60, 14)), run(Scenario(60, 14))
     assert first.failure is None and second.failure is None
-    assert first.counters == second.counters
-    assert Scenario(3, 25).ops() == Scenario(3, 40).ops()[:25]  # more steps extend, never change, a run
+    assert first.counters == second.counters and first.counters["fault:switch"] > 0
+    assert Scenario(60, 14).ops() == Scenario(60, 40).ops()[:14]  # more steps extend, never change, a run
 
 
 class PlantedBug(AssertionError):
@@ -82,9 +107,9 @@ class PlantedBug(AssertionError):
 
 
 def test_a_failure_shrinks_to_the_operations_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A planted bug that breaks any table holding a tag once it is compacted: of the 40
-    operations the shrunk run keeps a commit (a tag needs a snapshot), the tag and the compaction,
-    and replays to the same failure."""
+    """A planted bug that breaks any table holding a tag once it is compacted: of seed 6's first
+    six operations the shrunk run keeps a commit (a tag needs a snapshot), the tag and the
+    compaction, and replays to the same failure."""
     real_compact = operations._APPLY["compact"]
 
     def compact_breaking_tagged_tables(ctx: operations.Context, rng: random.Random) -> str:
@@ -93,7 +118,7 @@ def test_a_failure_shrinks_to_the_operations_it_needs(monkeypatch: pytest.Monkey
         return real_compact(ctx, rng)
 
     monkeypatch.setitem(operations._APPLY, "compact", compact_breaking_tagged_tables)
-    failing = run(Scenario(3, STEPS))
+    failing = run(Scenario(6, 14))
     assert failing.failure is not None and failing.failure.error == "PlantedBug", describe(failing)
     shrunk = shrink(failing)
     kept = [op["op"] for _, op in shrunk.scenario.ops()]
@@ -101,7 +126,7 @@ def test_a_failure_shrinks_to_the_operations_it_needs(monkeypatch: pytest.Monkey
     assert shrunk.failure is not None and shrunk.failure.signature == failing.failure.signature
     replayed = run(shrunk.scenario)
     assert replayed.failure is not None and replayed.failure.signature == failing.failure.signature
-    assert f"make simulate SEED=3 STEPS={STEPS} ONLY=" in describe(shrunk)
+    assert "make simulate SEED=6 STEPS=14 ONLY=" in describe(shrunk)
 
 
 def test_orphan_cleanup_that_deletes_a_live_file_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,3 +150,19 @@ def test_orphan_cleanup_that_deletes_a_live_file_is_caught(monkeypatch: pytest.M
     assert result.failure is not None and result.failure.op == "remove_orphans", describe(result)
     assert result.failure.error == "OperationFailed", describe(result)
     assert "orphan cleanup broke a read that it must not change" in result.failure.message
+
+
+def test_expiry_that_deletes_a_branchs_files_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted snapshot expiry on main that ignores the other branches: it deletes files that
+    only the branch's snapshot still names, and the branch's reads after the step say so."""
+    from strata.operation import expire
+
+    monkeypatch.setattr(expire, "other_branches_files", lambda table, files: expire.SharedFiles())
+    result = run(BRANCH_EXPIRY)
+    assert result.failure is not None and result.failure.op == "expire_snapshots", describe(result)
+
+
+def test_the_branch_expiry_run_passes_on_the_table_store_as_it_is() -> None:
+    result = run(BRANCH_EXPIRY)
+    assert result.failure is None, describe(result)
+    assert result.counters["op:create_branch:from_snapshot"] == 1 and result.counters["read:branch_time_travel"]

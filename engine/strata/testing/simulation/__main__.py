@@ -3,6 +3,7 @@
     --seed S --steps N [--only 3,7,12]   run (replay) one seed; a failure is shrunk and printed
     --hours H --report PATH [--steps N]  run seeds from --seed on until the time is up; write PATH.json/.txt
     --oracles                            the slower tier: Iceberg metadata after every step, pyiceberg, pypaimon
+    --faults NAME                        a named fault mix in place of the seed's (e.g. snapshot-unknown)
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import random
 import sys
 import time
 
+from strata.testing.simulation.faults import PRESETS
 from strata.testing.simulation.report import Report
 from strata.testing.simulation.runner import Scenario, describe, run, shrink
 
@@ -23,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seed is None:
         raise SystemExit("give --seed S (to run one seed) or --hours H (to run many)")
     only = tuple(int(i) for i in args.only.split(",")) if args.only else None
-    result = run(Scenario(args.seed, args.steps, only, args.oracles))
+    result = run(Scenario(args.seed, args.steps, only, args.oracles, args.faults))
     if result.failure is not None and not args.no_shrink:
         print(f"seed {args.seed} failed ({result.failure.error}); shrinking...", file=sys.stderr)
         result = shrink(result)
@@ -41,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--oracles", action="store_true",
                         help="check the Iceberg metadata after every step that changes the table, and read the "
                              "table with pyiceberg and pypaimon after each rollback and at the end (slower)")
+    parser.add_argument("--faults", default="", choices=["", *sorted(PRESETS)],
+                        help="a named fault mix in place of the seed's random one")
     parser.add_argument("--hours", type=float, help="run seeds for this long")
     parser.add_argument("--report", default="build/simulation", help="report path, without extension")
     return parser

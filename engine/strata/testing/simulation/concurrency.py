@@ -200,10 +200,14 @@ class World:
                 and (self.lapse_before_put or op != "write_new"):
             self._lapse_lease(actor)
         plan = draw_plan(self.faults, stream, op)
-        if self._outage.get(actor, 0) > 0:
+        if not self.faults.hits(path):
+            plan = CallPlan(slow=plan.slow)
+        elif self._outage.get(actor, 0) > 0:
             self._outage[actor] -= 1
             self.counters["fault:outage"] += 1
             plan = in_outage(plan)
+        elif self.faults.only_op and op != self.faults.only_op:
+            plan = CallPlan(slow=plan.slow)
         elif plan.outage:
             self._outage[actor] = plan.outage
         fault = plan.before or plan.after or ""

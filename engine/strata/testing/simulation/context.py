@@ -6,15 +6,31 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from strata.errors import StrataError
 from strata.testing.simulation.model import Row, TableModel
 from strata.testing.simulation.readers import random_rows
 from strata.testing.simulation.schemas import TableSpec
 from strata.testing.simulation.values import atomic_value
+
+
+@dataclass
+class Branch:
+    """A branch of the simulated table: the table on it, its model, its writer's identifiers."""
+
+    name: str
+    table: Any
+    model: TableModel
+    identifier: int = 0
+
+    @property
+    def user(self) -> str:
+        return f"sim-branch-{self.name}"
 
 
 @dataclass
@@ -33,10 +49,27 @@ class Context:
     world: Any = None  # a concurrency.World when the run has concurrent committers and faults
     intermediate_unchecked: bool = False  # the last operation's snapshots but its last are not checked
     shared_identifiers: dict[str, int] = field(default_factory=dict)  # shared-user job -> last identifier
+    branches: dict[str, Branch] = field(default_factory=dict)  # the table's branches (main is the table)
+    consumers: dict[str, int] = field(default_factory=dict)  # consumer id -> its next snapshot
 
     def fresh_name(self, prefix: str) -> str:
         self.names_made += 1
         return f"{prefix}{self.names_made}"
+
+
+class OperationFailed(AssertionError):
+    """An operation whose outcome contradicts the model (the message says how)."""
+
+
+def expect_refusal(action: Callable[[], object], what: str, word: str) -> None:
+    """`action` must fail with a Strata error whose message names the problem (`word`)."""
+    try:
+        action()
+    except (StrataError, ValueError) as exc:
+        if word not in str(exc).lower():
+            raise OperationFailed(f"{what} failed with an unclear error: {exc!r}") from exc
+        return
+    raise OperationFailed(f"{what} was accepted; it should be refused")
 
 
 def batch_rows(ctx: Context, rng: random.Random, count: int, partition: Any = None) -> list[Row]:

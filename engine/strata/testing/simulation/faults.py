@@ -80,10 +80,18 @@ class FaultConfig:
     # the error rates of reads relative to writes: a client retries an idempotent read by itself,
     # so fewer of its failures reach the engine (1: as often as writes)
     reads: float = 1.0
+    # faults only on calls whose path holds this text (e.g. "/snapshot/snapshot-": the snapshot
+    # publish and its read-back); "" = every call
+    only_on: str = ""
+    # faults start only at calls of this kind (e.g. "write_new"); an outage they start still fails the
+    # other calls on `only_on`'s paths (the read-back); "" = every kind
+    only_op: str = ""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in ("only_on", "only_op"):
+                continue
             if not 0.0 <= value <= 1.0 and f.name != "reads":
                 raise ValueError(f"FaultConfig.{f.name} is a probability in [0, 1], got {value!r}")
         if self.reads < 0:
@@ -95,14 +103,27 @@ class FaultConfig:
     def random(cls, rng: random.Random) -> FaultConfig:
         """A mix of a few fault kinds at rates that leave most operations done: rare enough that a
         run reaches deep states, frequent enough that each kind meets the commit path."""
-        kinds = [f.name for f in fields(cls) if f.name not in ("outage", "reads")]
+        kinds = [f.name for f in fields(cls) if f.name not in ("outage", "reads", "only_on", "only_op")]
         chosen = rng.sample(kinds, rng.randint(1, 4))
-        return cls(**{name: rng.choice((0.005, 0.01, 0.03)) for name in chosen},
-                   outage=rng.choice((0.0, 0.5)), reads=rng.choice((0.1, 1.0)))
+        rates: dict[str, Any] = {name: rng.choice((0.005, 0.01, 0.03)) for name in chosen}
+        return cls(**rates, outage=rng.choice((0.0, 0.5)), reads=rng.choice((0.1, 1.0)))
 
     @property
     def any(self) -> bool:
-        return any(getattr(self, f.name) for f in fields(self) if f.name != "reads")
+        return any(getattr(self, f.name) for f in fields(self) if f.name not in ("reads", "only_on", "only_op"))
+
+    def hits(self, path: str) -> bool:
+        """Whether a call on `path` may fail (`only_on`)."""
+        return not self.only_on or self.only_on in path
+
+
+# named fault mixes a scenario can ask for (``--faults NAME``)
+PRESETS = {
+    # lost replies and 503s after the request landed, on the snapshot PUT alone, each starting an outage
+    # that fails the read-back of that snapshot too: the commit's outcome-unknown path
+    "snapshot-unknown": FaultConfig(lost_reply=0.5, unavailable_after=0.2, outage=1.0, only_on="/snapshot/snapshot-",
+                                    only_op="write_new"),
+}
 
 
 @dataclass(frozen=True)

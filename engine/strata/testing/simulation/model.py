@@ -52,6 +52,9 @@ class TableModel:
     history: dict[int, Version] = field(default_factory=dict)
     tags: dict[str, tuple[int, Version]] = field(default_factory=dict)
     identifiers: dict[int, int] = field(default_factory=dict)  # snapshot id -> the writer's identifier
+    # snapshot id -> the rows its commit wrote (as written, with their row kinds), where the model knows
+    # them: what read_incremental's answer for that snapshot follows from
+    added: dict[int, tuple[list[Row], list[str] | None]] = field(default_factory=dict)
 
     # -- columns ----------------------------------------------------------------------------
     def column(self, name: str) -> Column:
@@ -134,6 +137,36 @@ class TableModel:
         self.history[snapshot_id] = version
         self.tags = {t: sv for t, sv in self.tags.items() if sv[0] <= snapshot_id}
         self.identifiers = {s: i for s, i in self.identifiers.items() if s <= snapshot_id}
+        self.added = {s: a for s, a in self.added.items() if s <= snapshot_id}
+
+    def branched(self, snapshot_id: int | None, tag: str | None = None) -> TableModel:
+        """The model of a branch created at a snapshot (or a tag's, which comes along), or empty
+        with the current columns (`snapshot_id` None)."""
+        branch = copy.copy(self)
+        branch.history, branch.tags, branch.identifiers, branch.added = {}, {}, {}, {}
+        branch.keyed, branch.appended = {}, []
+        if snapshot_id is None:
+            branch.columns = list(self.columns)
+            return branch
+        version = self.tags[tag][1] if tag is not None else self.history[snapshot_id]
+        branch.columns = list(version.columns)
+        branch.restore(snapshot_id, version)
+        if tag is not None:
+            branch.tags[tag] = (snapshot_id, version)
+        if snapshot_id in self.identifiers:
+            branch.identifiers[snapshot_id] = self.identifiers[snapshot_id]
+        return branch
+
+    def fast_forwarded(self, branch: TableModel) -> None:
+        """Main after fast-forward to `branch`: its snapshots from the branch's earliest on, its
+        tags of those snapshots, its rows and columns are the branch's."""
+        first = min(branch.history)
+        self.columns = list(branch.columns)
+        self.keyed, self.appended = copy.deepcopy(branch.keyed), copy.deepcopy(branch.appended)
+        self.history = {**{s: v for s, v in self.history.items() if s < first}, **branch.history}
+        self.tags = {**{t: sv for t, sv in self.tags.items() if sv[0] < first}, **branch.tags}
+        self.identifiers = {**{s: i for s, i in self.identifiers.items() if s < first}, **branch.identifiers}
+        self.added = {**{s: a for s, a in self.added.items() if s < first}, **branch.added}
 
 
 def _deduplicate(model: TableModel, old: Row | None, new: Row) -> Row:

@@ -13,8 +13,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from strata.errors import StrataError
-from strata.testing.simulation.context import Context, arrow_of, batch_rows
+from strata.testing.simulation import branching, changes
+from strata.testing.simulation.context import Context, OperationFailed, arrow_of, batch_rows, expect_refusal
 from strata.testing.simulation.model import Column
 from strata.testing.simulation.readers import (
     Mismatch,
@@ -35,17 +35,27 @@ WEIGHTS = {"write": 30, "delete_keys": 5, "delete_where": 5, "overwrite": 4, "co
            "create_tag": 5, "delete_tag": 2, "rollback": 4, "expire_snapshots": 4, "remove_orphans": 3,
            "add_column": 3, "drop_column": 2, "rename_column": 2, "widen_column": 2, "replay": 4,
            "concurrent_writes": 6}
-
-
-class OperationFailed(AssertionError):
-    """An operation whose outcome contradicts the model (the message says how)."""
+# operations added later, drawn from a stream of each op's own (see random_ops): a share of a seed's
+# operations become one of these, and the others stay what they were
+LATER_WEIGHTS = {"create_branch": 3, "branch_write": 6, "fast_forward": 2, "delete_branch": 1, "reset_consumer": 3,
+                 "read_incremental": 4, "expire_partitions": 2}
+LATER_SHARE = 0.2
+# the name of that stream: one under which the operations that the recorded regression runs and the
+# planted-defect tests keep (engine/tests/simulation) stay what they were
+LATER_STREAM = "later48"
 
 
 def random_ops(rng: random.Random, spec: TableSpec, steps: int) -> list[Op]:
     """One op at a time, so that the first N ops of a seed are the same whatever the step count."""
     kinds = [k for k in WEIGHTS if _applies(k, spec)]
     weights = [WEIGHTS[k] for k in kinds]
-    return [{"op": rng.choices(kinds, weights)[0], "seed": rng.randrange(2**31)} for _ in range(steps)]
+    ops = [{"op": rng.choices(kinds, weights)[0], "seed": rng.randrange(2**31)} for _ in range(steps)]
+    later = [k for k in LATER_WEIGHTS if _applies(k, spec)]
+    for op in ops:
+        own = random.Random(f"{LATER_STREAM}:{op['seed']}")
+        if own.random() < LATER_SHARE:
+            op["op"] = own.choices(later, [LATER_WEIGHTS[k] for k in later])[0]
+    return ops
 
 
 def _applies(kind: str, spec: TableSpec) -> bool:
@@ -53,6 +63,8 @@ def _applies(kind: str, spec: TableSpec) -> bool:
         return bool(spec.primary_keys)
     if kind == "sort_compact":
         return not spec.primary_keys and spec.options.get("bucket") == "-1"
+    if kind == "expire_partitions":
+        return bool(spec.partition_keys)
     return True
 
 
@@ -77,6 +89,7 @@ def _write(ctx: Context, rng: random.Random) -> str:
     ctx.model.upsert(rows, kinds)
     for sid in result.snapshot_ids:
         ctx.model.identifiers[sid] = ctx.identifier
+    ctx.model.added[result.snapshot_ids[0]] = (rows, kinds)
     ctx.last_write = (ctx.identifier, data, kinds, rows)
     return "with_deletes" if kinds and any(k[0] == "-" for k in kinds) else "upserts"
 
@@ -99,6 +112,7 @@ def _replay(ctx: Context, rng: random.Random) -> str:
         ctx.model.upsert(rows, kinds)
         for sid in result.snapshot_ids:
             ctx.model.identifiers[sid] = identifier
+        ctx.model.added[result.snapshot_ids[0]] = (rows, kinds)
     return "skipped" if expect_skip else "recommitted"
 
 
@@ -118,23 +132,12 @@ def _delete_where(ctx: Context, rng: random.Random) -> str:
     if f is None:
         return "no_filter"
     if not ctx.model.is_primary and ctx.spec.options.get("deletion-vectors.enabled") != "true":
-        _expect_refusal(lambda: ctx.table.delete_where(to_predicate(f)), "delete_where on an append table "
+        expect_refusal(lambda: ctx.table.delete_where(to_predicate(f)), "delete_where on an append table "
                         "without deletion vectors", "deletion")
         return "refused"
     ctx.table.delete_where(to_predicate(f))
     ctx.model.delete_matching(matcher(f, ctx.model.columns))
     return "deleted"
-
-
-def _expect_refusal(action: Callable[[], object], what: str, word: str) -> None:
-    """`action` must fail with a Strata error whose message names the problem (`word`)."""
-    try:
-        action()
-    except (StrataError, ValueError) as exc:
-        if word not in str(exc).lower():
-            raise OperationFailed(f"{what} failed with an unclear error: {exc!r}") from exc
-        return
-    raise OperationFailed(f"{what} was accepted; it should be refused")
 
 
 def _overwrite(ctx: Context, rng: random.Random) -> str:
@@ -301,7 +304,11 @@ _APPLY: dict[str, Callable[[Context, random.Random], str]] = {
     "overwrite": _overwrite, "compact": _compact, "sort_compact": _sort_compact, "create_tag": _create_tag,
     "delete_tag": _delete_tag, "rollback": _rollback, "expire_snapshots": _expire_snapshots,
     "remove_orphans": _remove_orphans, "add_column": _add_column, "drop_column": _drop_column,
-    "rename_column": _rename_column, "widen_column": _widen_column, "concurrent_writes": _concurrent_writes}
+    "rename_column": _rename_column, "widen_column": _widen_column, "concurrent_writes": _concurrent_writes,
+    "create_branch": branching.create_branch, "branch_write": branching.branch_write,
+    "fast_forward": branching.fast_forward, "delete_branch": branching.delete_branch,
+    "reset_consumer": changes.reset_consumer, "read_incremental": changes.read_incremental,
+    "expire_partitions": changes.expire_partitions}
 
 __all__ = ["WEIGHTS", "Context", "Mismatch", "Op", "OperationFailed", "apply", "arrow_of", "random_ops",
            "random_value"]

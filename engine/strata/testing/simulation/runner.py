@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from strata.testing.simulation.branching import check_branches
+from strata.testing.simulation.changes import check_consumers, check_files_present
 from strata.testing.simulation.invariants import (
     check_references,
     check_system_tables,
@@ -31,7 +33,8 @@ from strata.testing.simulation.readers import check_latest
 from strata.testing.simulation.schemas import TableSpec, random_spec, with_mirror
 
 # operations after which every retained snapshot and tag is read back (they delete files)
-MAINTENANCE = ("rollback", "expire_snapshots", "remove_orphans", "delete_tag", "overwrite")
+MAINTENANCE = ("rollback", "expire_snapshots", "remove_orphans", "delete_tag", "overwrite", "fast_forward",
+               "delete_branch", "expire_partitions", "concurrent_writes")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Scenario:
     # the slower tier: the Iceberg metadata checked after every step that changes the table, and
     # pyiceberg and pypaimon read it after each rollback and at the end
     oracles: bool = False
+    faults: str = ""  # a named fault mix (faults.PRESETS) in place of the seed's random one
 
     def spec(self) -> TableSpec:
         return self._generated()[0]
@@ -63,10 +67,14 @@ class Scenario:
         operations stay what they are without it): faults for half the seeds, snapshots published
         under the JDBC lock (check-then-put storage) for half, by conditional PUT for the others."""
         from strata.testing.simulation.concurrency import World
-        from strata.testing.simulation.faults import FaultConfig
+        from strata.testing.simulation.faults import PRESETS, FaultConfig
 
         rng = random.Random(f"faults:{self.seed}")
         faults = FaultConfig.random(rng) if rng.random() < 0.5 else FaultConfig()
+        if self.faults:
+            if self.faults not in PRESETS:
+                raise ValueError(f"unknown fault mix {self.faults!r}; known: {sorted(PRESETS)}")
+            faults = PRESETS[self.faults]
         jdbc_lock = random.Random(f"publish:{self.seed}").random() < 0.5
         return World(self.seed, warehouse, faults, use_jdbc_lock=jdbc_lock, lapse_before_put=False)
 
@@ -74,11 +82,15 @@ class Scenario:
         return "jdbc-lock" if random.Random(f"publish:{self.seed}").random() < 0.5 else "conditional-put"
 
     def keeping(self, indices: Sequence[int]) -> Scenario:
-        return Scenario(self.seed, self.steps, tuple(indices), self.oracles)
+        return Scenario(self.seed, self.steps, tuple(indices), self.oracles, self.faults)
 
     def command(self) -> str:
         only = "" if self.only is None else f" ONLY={','.join(map(str, self.only))}"
         oracles = " ORACLES=1" if self.oracles else ""
+        if self.faults:
+            only = f" --only {','.join(map(str, self.only))}" if self.only is not None else ""
+            return (f"python -m strata.testing.simulation --seed {self.seed} --steps {self.steps}{only}"
+                    f"{' --oracles' if self.oracles else ''} --faults {self.faults}")
         return f"make simulate SEED={self.seed} STEPS={self.steps}{only}{oracles}"
 
 
@@ -183,6 +195,10 @@ def _check(ctx: Context, op: Op, last: bool, counters: Counter[str]) -> None:
     counters["read:time_travel"] += check_references(ctx.table, ctx.model, rng, every)
     check_tags_listed(ctx.table, ctx.model)
     check_system_tables(ctx.table, ctx.model)
+    check_consumers(ctx)
+    check_branches(ctx, rng, every, counters)
+    if every:
+        counters["files:present"] += check_files_present(ctx.table)
 
 
 def _latest(ctx: Context) -> tuple[int, int] | None:
@@ -253,6 +269,7 @@ def describe(result: RunResult) -> str:
 def to_json(result: RunResult) -> dict[str, Any]:
     failure = result.failure
     return {"seed": result.scenario.seed, "steps": result.scenario.steps, "oracles": result.scenario.oracles,
+            "faults": result.scenario.faults,
             "only": list(result.scenario.only) if result.scenario.only is not None else None,
             "steps_run": result.steps_run, "seconds": round(result.seconds, 2),
             "failure": None if failure is None else {"index": failure.index, "op": failure.op,
