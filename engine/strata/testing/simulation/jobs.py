@@ -207,7 +207,7 @@ def _maintenance(rng: random.Random, started: dt.datetime) -> Any:
 def _decide(ctx: Any, committers: list[Committer], outcomes: dict[str, Outcome]) -> dict[str, list[bool]]:
     """Which of each committer's batches landed, checked against what it reported (a committer
     stops at its first failure: the batches after it were never tried)."""
-    present = _present_ids(ctx) if not ctx.model.is_primary else \
+    present = _present_ids(ctx, committers) if not ctx.model.is_primary else \
         _present_keys(ctx) if any(b.by_content for c in committers for b in c.batches) else None
     carried = _carried(ctx)
     landed: dict[str, list[bool]] = {}
@@ -220,9 +220,12 @@ def _decide(ctx: Any, committers: list[Committer], outcomes: dict[str, Outcome])
     return landed
 
 
-def _present_ids(ctx: Any) -> Counter[Any]:
+def _present_ids(ctx: Any, committers: list[Committer]) -> Counter[Any]:
+    """The row ids a plain read of an append table shows. None of the step's rows may show twice
+    (an earlier replay that the model recommitted may have put older rows in twice)."""
     ids = Counter(ctx.table.to_arrow(columns=["id"]).column("id").to_pylist())
-    twice = sorted(i for i, n in ids.items() if n > 1)
+    step = {i for c in committers for b in c.batches for i in _identities(ctx, b)}
+    twice = sorted(i for i, n in ids.items() if n > 1 and i in step)
     if twice:
         raise OutcomeContradicted(f"rows counted twice after concurrent commits: ids {twice[:10]}")
     return ids
@@ -246,12 +249,15 @@ def _identities(ctx: Any, batch: Batch) -> list[Any]:
 
 
 def _carried(ctx: Any) -> dict[tuple[str, int], int]:
-    """(commit user, identifier) -> the first retained snapshot that carries it, not a compaction."""
+    """(commit user, identifier) -> the first retained snapshot that carries it, not a compaction;
+    a compaction only when no other does (a batch of retractions that ignore-delete drops writes no
+    file: its commit publishes only the compaction of the bucket's leftover level-0 files)."""
     found: dict[tuple[str, int], int] = {}
+    compactions: dict[tuple[str, int], int] = {}
     for snap in ctx.table.snapshots():
-        if snap.commit_kind != "COMPACT":
-            found.setdefault((snap.commit_user, snap.commit_identifier), snap.id)
-    return found
+        into = compactions if snap.commit_kind == "COMPACT" else found
+        into.setdefault((snap.commit_user, snap.commit_identifier), snap.id)
+    return {**compactions, **found}
 
 
 def _landed(ctx: Any, batch: Batch, present: Counter[Any] | None,
