@@ -460,7 +460,10 @@ def _without_dead(batch: pa.RecordBatch, offset: int, dead: np.ndarray, position
         keep = np.ones(batch.num_rows, dtype=bool)
         keep[dead] = False
         rows = np.flatnonzero(keep)
-        table = table.take(pa.array(rows))  # a gather of the kept rows: ~30% cheaper than a boolean filter
+        if table.num_columns:
+            table = table.take(pa.array(rows))  # a gather of the kept rows: ~30% cheaper than a boolean filter
+        else:  # only columns the file lacks (added later): Arrow's take of no columns gives no rows
+            table = pa.Table.from_batches([batch.slice(0, len(rows))])
     table = mapping.apply(table, constants)
     if positions:
         at = np.arange(offset, offset + batch.num_rows, dtype=np.int64) if rows is None else rows + offset
