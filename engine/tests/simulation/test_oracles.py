@@ -14,8 +14,7 @@ from strata.testing.simulation import Scenario, run
 from strata.testing.simulation.runner import describe
 
 # seed 23: an append table with deletion vectors, its mirror in a Hadoop catalog at Iceberg format 3,
-# snapshots published under the JDBC lock; in 16 steps five tags, two rollbacks (the second to a
-# snapshot before a compaction), a concurrent step and a dropped column
+# snapshots published under the JDBC lock; in 16 steps tags, a rollback, a concurrent step and a dropped column
 ORACLE_SEED = Scenario(23, 16, oracles=True)
 # seed 197: a partial-update primary-key table with deletion vectors, mirrored at format 3; its
 # rollbacks (steps 3 and 14) go back past the latest snapshot
@@ -29,7 +28,8 @@ def test_a_short_seed_matches_the_model_through_iceberg_pyiceberg_and_pypaimon()
     assert result.failure is None, describe(result)
     counters = result.counters
     assert counters["iceberg:current"] >= 8, counters  # every step that moved the table, checked current
-    assert counters["oracle:pyiceberg:read"] == 3 and counters["oracle:pypaimon:read"] == 3, counters
+    reads = sum(n for k, n in counters.items() if k.startswith("op:rollback:")) + 1  # each rollback and the end
+    assert reads >= 2 and counters["oracle:pyiceberg:read"] == counters["oracle:pypaimon:read"] == reads, counters
     print(f"seed {ORACLE_SEED.seed}: " + ", ".join(f"{k} {n}" for k, n in sorted(counters.items())
                                                    if k.startswith(("iceberg:", "oracle:", "outcome:"))))
 
