@@ -6,9 +6,11 @@
 Polars hands the plugin the columns a query needs, its row limit and its predicate. The columns
 and the limit go into Strata's scan. The predicate's parts that have a Strata form (comparisons
 of a column with a literal, ``is_in``, ``is_null``/``is_not_null``, and ``&``/``|``/``~`` of
-those) become the scan's filter, which prunes partitions, files, row groups and pages; Polars
-then applies the whole predicate to what was read, so the answer is always Polars' own. Float
-columns are left to Polars (NaN compares differently there).
+those) become the scan's filter, which prunes partitions, files, row groups and pages, and which
+Strata's read applies to every row. A predicate that translated whole is not evaluated again
+(the row limit then goes into the scan too); one with a part Strata cannot take is applied whole
+by Polars to the rows read, so the answer is always Polars' own. Float columns are left to
+Polars (NaN compares differently there).
 """
 
 from __future__ import annotations
@@ -52,8 +54,11 @@ def scan(table: TableLike, snapshot_id: int | None = None, tag: str | None = Non
 
     def source(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
                batch_size: int | None) -> Iterator[pl.DataFrame]:
-        read = ArrowScan(table, _needed(with_columns, predicate, schema.names),
-                         to_strata_filter(predicate, table.schema), snapshot_id, tag,
+        pushed, whole = translate(predicate, table.schema)
+        if whole:  # Strata's read selects exactly the predicate's rows: no second pass
+            read = ArrowScan(table, with_columns, pushed, snapshot_id, tag, limit=n_rows)
+            return _frames(read, with_columns, None, n_rows)
+        read = ArrowScan(table, _needed(with_columns, predicate, schema.names), pushed, snapshot_id, tag,
                          limit=n_rows if predicate is None else None)
         return _frames(read, with_columns, predicate, n_rows)
 
@@ -94,17 +99,24 @@ def to_strata_filter(predicate: pl.Expr | None, schema: TableSchema) -> Predicat
     """The part of a Polars predicate that Strata can evaluate (a conjunct it cannot is left
     out, so the result selects at least the rows `predicate` selects), bound to `schema`; None
     when nothing translates."""
+    return translate(predicate, schema)[0]
+
+
+def translate(predicate: pl.Expr | None, schema: TableSchema) -> tuple[Predicate | None, bool]:
+    """``to_strata_filter``'s predicate, and whether it is the whole of `predicate` (it then
+    selects exactly Polars' rows). No predicate: (None, False)."""
     if predicate is None:
-        return None
+        return None, False
     tree = json.loads(predicate.meta.serialize(format="json"))
     types = {f.name: f.type.to_arrow() for f in schema.fields}
-    parts = [p for p in (_translate(c, schema, types) for c in _conjuncts(tree)) if p is not None]
+    conjuncts = _conjuncts(tree)
+    parts = [p for p in (_translate(c, schema, types) for c in conjuncts) if p is not None]
     if not parts:
-        return None
+        return None, False
     combined = parts[0]
     for part in parts[1:]:
         combined = combined & part
-    return combined
+    return combined, len(parts) == len(conjuncts)
 
 
 def _conjuncts(node: dict[str, Any]) -> list[dict[str, Any]]:
