@@ -5,7 +5,8 @@
 
 The table is registered as a pyarrow dataset whose ``scanner(columns, filter)`` DuckDB calls with
 the columns a query needs and the filters it pushes into table scans (comparisons of a column
-with a constant, IN lists, IS [NOT] NULL, and AND/OR of them). The columns become Strata's
+with a constant, IN lists (``if_else(is_valid(k), is_in(k, ...), null)``: NULL for a NULL k, as
+SQL's), IS [NOT] NULL, and AND/OR/NOT of them). The columns become Strata's
 projection; the filter's parts with a Strata form become the scan's filter (pruning partitions,
 files, row groups and pages; Strata's read applies it to every row). When a part has none, the
 whole filter is applied again to the rows read, so DuckDB gets exactly the rows it asked for.
@@ -184,7 +185,7 @@ def _predicate(tree: Any, table: TableLike) -> Predicate | None:
     """The Strata predicate selecting exactly the rows `tree` selects, or None."""
     if tree[0] != "call":
         return None
-    _, name, args, options = tree
+    _, name, args, _options = tree
     if name in ("and_kleene", "and", "or_kleene", "or"):
         left, right = (_predicate(a, table) for a in args) if len(args) == 2 else (None, None)
         if left is None or right is None:
@@ -193,17 +194,41 @@ def _predicate(tree: Any, table: TableLike) -> Predicate | None:
     if name == "invert" and len(args) == 1:
         child = _predicate(args[0], table)
         return ~child if child is not None else None
+    if name == "if_else" and len(args) == 3:
+        return _sql_in(args, table)
     fields = [a[1] for a in args if a[0] == "field" and _exact(table, a[1])]
     if name in ("is_null", "is_valid") and len(args) == 1 and fields:
         return Leaf(fields[0], "is_null" if name == "is_null" else "is_not_null")
-    if name == "is_in" and len(args) == 1 and fields and options is not None:
-        values = options["value_set"].as_py()
-        return Leaf(fields[0], "in", tuple(values)) if None not in values else None
+    if name == "is_in":
+        # pyarrow's is_in is false (not unknown) for a NULL: so is this, negated too
+        found = _in_list(tree, table)
+        return found & Leaf(found.field, "is_not_null") if found is not None else None
     if name in _COMPARISONS and len(args) == 2 and fields and any(a[0] == "value" for a in args):
         op = _COMPARISONS[name] if args[0][0] == "field" else _FLIPPED[_COMPARISONS[name]]
         value = next(a[1] for a in args if a[0] == "value").as_py()
         return Leaf(fields[0], op, (value,)) if value is not None else None
     return None
+
+
+def _sql_in(args: list[Any], table: TableLike) -> Predicate | None:
+    """DuckDB's ``f IN (...)``, handed over as ``if_else(is_valid(f), is_in(f, ...), null)``:
+    unknown for a NULL f, as Strata's "in" is (so ``NOT IN`` drops NULLs, as SQL does)."""
+    guard, lookup, otherwise = args
+    if guard[:2] != ("call", "is_valid") or otherwise[0] != "value" or otherwise[1].is_valid:
+        return None
+    found = _in_list(lookup, table)
+    return found if found is not None and guard[2] == [("field", found.field)] else None
+
+
+def _in_list(tree: Any, table: TableLike) -> Leaf | None:
+    """``is_in(f, value_set)`` of an exact column and a list without NULL, as Strata's "in"."""
+    if tree[0] != "call" or tree[1] != "is_in" or tree[3] is None or len(tree[2]) != 1:
+        return None
+    (arg,) = tree[2]
+    if arg[0] != "field" or not _exact(table, arg[1]):
+        return None
+    values = tree[3]["value_set"].as_py()
+    return Leaf(arg[1], "in", tuple(values)) if None not in values else None
 
 
 def _exact(table: TableLike, name: str) -> bool:

@@ -1,0 +1,59 @@
+"""DuckDB's IN lists reach Strata's scan: ``k IN (3, 4)`` (handed over as
+``if_else(is_valid(k), is_in(k, ...), null)``) prunes files and partitions, and answers, NOT IN and
+NULLs included, are those of DuckDB over the same rows as plain Arrow."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import duckdb
+import pytest
+
+import strata
+import strata.table.read as table_read
+from strata.arrow_stream import ArrowScan
+
+CONDITIONS = ["k IN (3, 4)", "k NOT IN (3, 4)", "NOT (k IN (3, 4) OR v = 'v3')", "dt IN ('2024-01-01')",
+              "dt NOT IN ('2024-01-01')", "k NOT IN (3, NULL)", "id IN (5, 6, 7000) OR k IN (7)",
+              "k IN (3) AND v IS NULL"]
+
+
+@pytest.fixture
+def files_opened(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Paths of the data files reads open (the reader itself runs, only counted)."""
+    opened: list[str] = []
+    real = table_read.read_file
+
+    def counting(io, path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(path)
+        return real(io, path, *args, **kwargs)
+
+    monkeypatch.setattr(table_read, "read_file", counting)
+    yield opened
+
+
+@pytest.mark.parametrize("condition", CONDITIONS)
+def test_in_lists_answer_as_duckdb_over_the_rows(table: strata.Table, condition: str) -> None:
+    query = f"SELECT id, k, v FROM t WHERE {condition} ORDER BY id"
+    plain = duckdb.connect()
+    plain.register("t", table.to_arrow())
+    expected = plain.sql(query).fetchall()
+    assert table.to_duckdb(name="t").sql(query).fetchall() == expected
+
+
+def test_an_in_list_prunes_files(table: strata.Table, files_opened: list[str]) -> None:
+    """ids grow with each commit: ids 5 and 6 live in the first commit's files only."""
+    all_files = sum(len(s.files) for s in ArrowScan(table).plan().splits)
+    got = table.to_duckdb(name="t").sql("SELECT id FROM t WHERE id IN (5, 6) ORDER BY id").fetchall()
+    assert got == [(5,), (6,)]
+    assert 0 < len(files_opened) < all_files
+
+
+def test_an_in_list_prunes_partitions(table: strata.Table, files_opened: list[str]) -> None:
+    if not table.schema.partition_keys:
+        pytest.skip("an unpartitioned table has no partition to prune")
+    expected = table.to_arrow(columns=["dt"]).column("dt").to_pylist().count("2024-01-02")
+    files_opened.clear()
+    count = table.to_duckdb(name="t").sql("SELECT count(*) FROM t WHERE dt IN ('2024-01-02')").fetchall()
+    assert count == [(expected,)]
+    assert files_opened and all("dt=2024-01-02" in p for p in files_opened)
