@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 import pyarrow as pa
 
 from strata.expressions import Predicate
+from strata.io.data_file_reader import ReadStats
 from strata.scan.planner import DataSplit, Plan
 from strata.store import FileStore, HasStore, store_of
 from strata.table.read import TableRead, scan_as_of
@@ -67,6 +68,11 @@ class ArrowScan:
         if self._plan is None:
             self._plan = self.table_scan.plan()
         return self._plan
+
+    @property
+    def read_stats(self) -> ReadStats:
+        """The data files and row groups (of them, and decoded) the scan's reads opened so far."""
+        return self.read.stats
 
     @property
     def splits(self) -> list[DataSplit]:

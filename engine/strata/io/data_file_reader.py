@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections import OrderedDict
@@ -133,11 +134,28 @@ def filter_rows(table: pa.Table, predicate: Predicate) -> pa.Table:
     return table.filter(mask)
 
 
+@dataclass
+class ReadStats:
+    """What one read decoded, for showing that its filter prunes: the data files it opened, the
+    row groups in them and those it decoded. Its threads share it."""
+
+    files: int = 0
+    row_groups: int = 0
+    row_groups_read: int = 0
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, files: int, row_groups: int, row_groups_read: int) -> None:
+        with self._lock:
+            self.files += files
+            self.row_groups += row_groups
+            self.row_groups_read += row_groups_read
+
+
 def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None = None,
               stat_names: dict[str, str] | None = None, batch_rows: int = BATCH_ROWS,
               use_threads: bool = True, deleted: np.ndarray | None = None,
               positions: bool = False, row_filter: Predicate | None = None,
-              row_range: tuple[int, int] | None = None) -> Iterator[pa.Table]:
+              row_range: tuple[int, int] | None = None, stats: ReadStats | None = None) -> Iterator[pa.Table]:
     """Yield the file's rows in order, in batches, skipping row groups `prune` rules out.
 
     `stat_names` maps predicate field names to file column names for row-group statistics.
@@ -148,13 +166,14 @@ def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predica
     `row_filter`: only the rows it selects (evaluated on the mapped columns, which must hold its
     fields), filtered before the deleted rows are left out: a selective filter copies little.
     `row_range` (start, end): only the row groups starting in it (a part of the file, read in
-    parallel with the others by the caller)."""
+    parallel with the others by the caller). `stats` counts the file and its row groups."""
     try:
         if deleted is not None or positions or row_range is not None:
             yield from _read_positioned(file_io, path, mapping, prune, stat_names, batch_rows, use_threads,
-                                        deleted, positions, row_filter, row_range)
+                                        deleted, positions, row_filter, row_range, stats)
             return
-        yield from _read_file(file_io, path, mapping, prune, stat_names, batch_rows, use_threads, row_filter)
+        yield from _read_file(file_io, path, mapping, prune, stat_names, batch_rows, use_threads, row_filter,
+                              stats)
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError) as exc:
@@ -260,13 +279,16 @@ class _ParquetFile(pq.ParquetFile):
 
 def _read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None,
                stat_names: dict[str, str] | None, batch_rows: int, use_threads: bool,
-               row_filter: Predicate | None = None) -> Iterator[pa.Table]:
+               row_filter: Predicate | None = None, stats: ReadStats | None = None) -> Iterator[pa.Table]:
     expression = row_filter.to_arrow() if row_filter is not None else None
     with file_io.open_input_file(path) as source:
         parquet = _ParquetFile(source, path)
         columns = mapping.file_columns(parquet.footer.names)
         names = mapping.stat_columns(stat_names or {})
         groups = _row_groups(parquet.footer, prune, names)
+        if stats is not None:
+            total = parquet.metadata.num_row_groups
+            stats.add(1, total, total if groups is None else len(groups))
         if groups is not None and not groups:
             return
         constants = parquet.footer.constants(columns, groups)
@@ -344,7 +366,7 @@ def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: 
                      stat_names: dict[str, str] | None, batch_rows: int, use_threads: bool,
                      deleted: np.ndarray | None, positions: bool,
                      row_filter: Predicate | None = None,
-                     row_range: tuple[int, int] | None = None) -> Iterator[pa.Table]:
+                     row_range: tuple[int, int] | None = None, stats: ReadStats | None = None) -> Iterator[pa.Table]:
     """`_read_file` keeping track of each row's position in the file: consecutive row groups are
     read as one stream (batches of `batch_rows`), a skipped group starts a new one."""
     expression = row_filter.to_arrow() if row_filter is not None else None
@@ -360,6 +382,10 @@ def _read_positioned(file_io: FileIO, path: str, mapping: ColumnMapping, prune: 
                     if (row_range is None or row_range[0] <= starts[g] < row_range[1])
                     and (deleted is None or _dead_count(deleted, int(starts[g]), int(starts[g + 1]))
                          < starts[g + 1] - starts[g])]  # a group whose every row is deleted is not decoded
+        if stats is not None:  # a part of a file (row_range) counts its groups; the first part the file
+            in_part = sum(1 for g in range(meta.num_row_groups) if row_range is None
+                          or row_range[0] <= starts[g] < row_range[1])
+            stats.add(int(row_range is None or row_range[0] == 0), in_part, len(selected))
         if not selected:
             return
         constants = parquet.footer.constants(columns, selected)

@@ -19,7 +19,7 @@ from strata.expressions.literals import bind
 from strata.fs import FileIO
 from strata.fs.prefetch import PrefetchedFileIO, prefetching
 from strata.io.arrays import to_numpy
-from strata.io.data_file_reader import ColumnMapping, filter_rows, read_file
+from strata.io.data_file_reader import ColumnMapping, ReadStats, filter_rows, read_file
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.anti_join import anti_join_applies, integer_like, precedence_from_ranges
 from strata.mergetree.merge_function import FirstRowMerge, live_rows_mask, merge_function_for
@@ -58,6 +58,7 @@ class TableRead:
         self.filter_in_runs = filter is not None and bool(self.schema.primary_keys) and filter.fields() <= key_fields
         self.key_range = _sorted_key_range(self.schema, self.key_filter)
         self._mappings: dict[tuple[int, tuple[str, ...]], ColumnMapping] = {}
+        self.stats = ReadStats()  # files and row groups this read decoded, over all its calls
 
     # -- public ----------------------------------------------------------------------------------
     def to_batches(self, splits: Sequence[DataSplit]) -> Iterator[pa.RecordBatch]:
@@ -259,7 +260,7 @@ class TableRead:
         # rows are dropped, so a selective filter copies only what it keeps
         row_filter = self.filter if self._raw(split) else None
         yield from read_file(io, split.file_path(f), mapping, prune, stat_names, use_threads=decode_threads,
-                             deleted=deleted, row_filter=row_filter, row_range=row_range)
+                             deleted=deleted, row_filter=row_filter, row_range=row_range, stats=self.stats)
 
     def _mapping(self, schema_id: int, wanted: list[str]) -> ColumnMapping:
         """How a file written under `schema_id` holds `wanted`: worked out once per read and
