@@ -150,7 +150,12 @@ def _node(node: dict[str, Any], types: dict[str, pa.DataType]) -> Predicate | No
     if isinstance(kind, dict) and "IsIn" in kind and "Column" in inputs[0]:
         values = _list_literal(inputs[1])
         name = inputs[0]["Column"]
-        return Leaf(name, "in", tuple(values)) if values is not None and _exact_type(types.get(name)) else None
+        if values is None or not _exact_type(types.get(name)):
+            return None
+        found = Leaf(name, "in", tuple(values))  # unknown for a null, as Polars' is_in
+        # nulls_equal: false for a null (the list holds none), negated too
+        options = kind["IsIn"]
+        return found & Leaf(name, "is_not_null") if isinstance(options, dict) and options.get("nulls_equal") else found
     return None
 
 
@@ -193,15 +198,18 @@ def _scalar_literal(node: dict[str, Any]) -> Any:
 
 
 def _list_literal(node: dict[str, Any]) -> list[Any] | None:
-    """The values of an ``is_in`` list literal (an Arrow IPC stream of one list value)."""
+    """The values of an ``is_in`` list literal without NULL: an Arrow IPC stream of one list
+    value, or (newer Polars) of the values themselves."""
     blob = node.get("Literal", {}).get("Scalar", {}).get("List") if isinstance(node.get("Literal"), dict) else None
     if not isinstance(blob, list):
         return None
-    table = pa.ipc.open_stream(bytes(blob)).read_all()
-    values = table.column(0).to_pylist()
-    if len(values) != 1 or not isinstance(values[0], list) or any(v is None for v in values[0]):
-        return None
-    return values[0]
+    column = pa.ipc.open_stream(bytes(blob)).read_all().column(0)
+    values = column.to_pylist()
+    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+        if len(values) != 1 or not isinstance(values[0], list):
+            return None
+        values = values[0]
+    return None if any(v is None for v in values) else values
 
 
 def to_polars(table: TableLike, columns: Sequence[str] | None = None, filter: Predicate | None = None,

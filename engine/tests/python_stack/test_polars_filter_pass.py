@@ -39,11 +39,13 @@ WHOLE = [
     (pl.col("k") >= 40) & pl.col("v").is_not_null() & (pl.col("dt") != "2024-01-01"),
     ~((pl.col("k") > 40) | (pl.col("v") == "v3")),  # NULLs: a negated unknown stays unknown
     pl.col("k").is_null() | (pl.col("id") < 50),
+    ~pl.col("k").is_in([3, 4]),  # a NULL k: is_in is NULL, so is its negation
+    ~pl.col("k").is_in([3, 4], nulls_equal=True),  # a NULL k: is_in is false, its negation true
 ]
 
 
 @pytest.mark.parametrize("kind", ["append_partitioned", "pk"])
-@pytest.mark.parametrize("predicate", WHOLE, ids=["and", "not-or-nulls", "or-null"])
+@pytest.mark.parametrize("predicate", WHOLE, ids=["and", "not-or-nulls", "or-null", "not-in", "not-in-nulls-equal"])
 def test_a_predicate_strata_takes_whole_is_applied_once(catalog: strata.Catalog, kind: str, predicate: pl.Expr,
                                                         second_filters: list[pl.Expr]) -> None:
     table = make_table(catalog, kind)

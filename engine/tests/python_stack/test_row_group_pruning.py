@@ -70,6 +70,11 @@ def test_polars_and_duckdb_prune_row_groups(table: strata.Table, scans: list[Arr
     assert groups_read(scans) == (1, 4, 1)
 
     scans.clear()
+    frame = strata.polars.scan(table).filter(pl.col("id").is_in([5, 6])).select("id").collect()
+    assert sorted(frame["id"].to_list()) == [5, 6]
+    assert groups_read(scans) == (1, 4, 1)
+
+    scans.clear()
     rows = table.to_duckdb(name="t").sql("SELECT count(*) FROM t WHERE id IN (5, 6)").fetchall()
     assert rows == [(2,)]
     assert groups_read(scans) == (1, 4, 1)
