@@ -72,3 +72,9 @@ def test_a_stream_of_an_expired_snapshot_says_so(table: strata.Table) -> None:
     table.expire_snapshots(retain_min=1, retain_max=1)
     with pytest.raises(SnapshotNotFoundError, match="snapshot 1, which has expired"):
         list(table.stream(from_snapshot=1, follow=False))
+
+
+def test_a_stream_of_the_log_of_a_table_without_one_says_so(table: strata.Table) -> None:
+    with pytest.raises(ValueError, match=r"has no log store \(log.system=kafka\)"):
+        table.stream(log=True)
+    assert not table.stream(follow=False).reads_log

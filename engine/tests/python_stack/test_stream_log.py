@@ -38,12 +38,13 @@ def topic(bootstrap: str) -> Iterator[str]:
     broker.delete_topics(bootstrap, [name])
 
 
-def log_table(catalog: strata.Catalog, bootstrap: str, topic: str, consistency: str) -> strata.Table:
+def log_table(catalog: strata.Catalog, bootstrap: str, topic: str, consistency: str,
+              keyed: bool = True) -> strata.Table:
     return catalog.create_table(
-        f"db.t_{uuid.uuid4().hex[:8]}", SCHEMA, primary_keys=["id"],
+        f"db.t_{uuid.uuid4().hex[:8]}", SCHEMA, primary_keys=["id"] if keyed else None,
         options={"bucket": "2", "log.system": "kafka", "log.consistency": consistency,
                  "log.kafka.bootstrap-servers": bootstrap, "log.kafka.topic": topic,
-                 "log.system.auto-register": "true"})
+                 "log.system.auto-register": "true", **({} if keyed else {"bucket-key": "id"})})
 
 
 def rows(ids: range | list[int], tag: str) -> pa.Table:
@@ -99,6 +100,20 @@ def test_a_transactional_log_gives_every_row_as_written(catalog: strata.Catalog,
     from_files = changes(list(table.stream(from_snapshot=1, follow=False, log=False)))
     assert ("-U", 3, "a3") not in from_files and ("+U", 3, "b3") in from_files
     assert table.consumers.consumer("any") is None
+
+
+def test_an_append_tables_log_gives_its_rows_as_its_files(catalog: strata.Catalog, bootstrap: str,
+                                                          topic: str) -> None:
+    table = log_table(catalog, bootstrap, topic, "transactional", keyed=False)
+    table.write(rows(range(20), "a"))
+    table.write(rows(range(10, 30), "b"))  # the same ids again: an append table keeps both
+    got = list(table.stream(from_snapshot=1, follow=False))
+    written = Counter([*(("+I", i, f"a{i}") for i in range(20)), *(("+I", i, f"b{i}") for i in range(10, 30))])
+    assert changes(got) == written
+    assert changes(list(table.stream(from_snapshot=1, follow=False, log=False))) == written
+    data = table.to_arrow()
+    assert sorted(zip(data.column("id").to_pylist(), data.column("name").to_pylist(), strict=True)) == \
+        sorted((i, name) for _, i, name in written.elements())
 
 
 def test_an_eventual_log_gives_rows_before_their_snapshot(catalog: strata.Catalog, bootstrap: str,
