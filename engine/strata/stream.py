@@ -12,13 +12,16 @@ resumes there (at least once: a snapshot being read when the process stopped is 
 
 A table with a Kafka log store (``log.system=kafka``) is read from the log by default (`log=False`
 reads the files): Kafka, read_committed, from the per-bucket offsets the snapshot before the start
-recorded (``strata.log.hybrid.HybridReader``), so records arrive as soon as Kafka has them: when their snapshot commits (``log.consistency=transactional``) or at once (eventual,
-before any snapshot holds them). The log holds every row as written (a key written twice in one
-commit is two records, where the files hold the merged row). The position saved is still a
-snapshot: snapshot N counts as read once every partition's records up to the offsets N recorded
-were handed out. When the snapshot before the start has expired, the start snapshot's changes come
-from the files and the log follows from its offsets; when Kafka's retention has dropped records the
-stream needs, it reads the files for good (a warning, counted as the hybrid reader's fallbacks).
+recorded (``strata.log.hybrid.HybridReader``), so records arrive as soon as Kafka has them: when
+their snapshot commits (``log.consistency=transactional``) or at once (eventual, before any
+snapshot holds them). The log holds every row as written (a key written twice in one commit is two
+records, where the files hold the merged row). The position saved is still a snapshot: snapshot N
+counts as read once every partition's records up to the offsets N recorded were handed out. When
+the snapshot before the start has expired, the start snapshot's changes come from the files and the
+log follows from its offsets. When Kafka's retention has dropped records the stream needs when it
+starts, it reads the files for good (a warning, counted as the hybrid reader's fallbacks); records
+dropped while it runs fail it with ``LogSystemError`` (started again, it resumes from the saved
+position, from the files if the log no longer has it).
 """
 
 from __future__ import annotations
