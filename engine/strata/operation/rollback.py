@@ -19,7 +19,7 @@ Last, a table with the Iceberg mirror publishes a new metadata version showing t
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from strata.errors import SnapshotNotFoundError
 from strata.iceberg import sync_after_commit
@@ -113,6 +113,7 @@ def rollback_to(table: FileStore | HasStore, target: int | str) -> RollbackResul
 
     # 2. unpublish
     if not exists:
+        snapshot = _without_expired_changelog(table, snapshot)
         manager.file_io.write_bytes(manager.path(snapshot.id), snapshot.to_json().encode())
         manager.file_io.write_bytes(f"{manager.dir}/EARLIEST", str(snapshot.id).encode())
     manager.file_io.write_bytes(f"{manager.dir}/LATEST", str(snapshot.id).encode())
@@ -133,3 +134,14 @@ def rollback_to(table: FileStore | HasStore, target: int | str) -> RollbackResul
              result.data_files_deleted)
     sync_after_commit(table)  # Iceberg readers see the rolled-back table now, not at the next commit
     return result
+
+
+def _without_expired_changelog(table: FileStore, snapshot: Snapshot) -> Snapshot:
+    """A tag's snapshot to publish again, without its changelog if expiry deleted it: a tag keeps
+    its snapshot's data files, not its changelog (as in Paimon), and a published snapshot must not
+    name a missing file."""
+    listed = snapshot.changelog_manifest_list
+    if listed is None or table.file_io.exists(table.manifest_store.path(listed)):
+        return snapshot
+    return replace(snapshot, changelog_manifest_list=None, changelog_manifest_list_size=None,
+                   changelog_record_count=None)

@@ -165,6 +165,11 @@ class TableWrite:
         if kinds is not None and not self.schema.primary_keys and (kinds != 0).any():
             raise ValueError(f"append {self.where} accepts only inserts (+I)")
         table = conform(table, self.schema, self.where)
+        if kinds is not None and self.core.get("ignore-delete"):
+            # Paimon's writer drops retractions before they reach files, changelog or log
+            live = (kinds == 0) | (kinds == 2)  # +I, +U
+            if not live.all():
+                table, kinds = table.filter(pa.array(live)), kinds[live]
         if table.num_rows == 0:
             return
         for (partition, bucket), index in self._route(table):
