@@ -175,6 +175,22 @@ class Service(ABC):
             return CheckResult(self.name, version, 0.0, False, f"{type(exc).__name__}: {exc}")
 
 
+class InstalledTool(Service):
+    """A component that is only installed (a library, a browser a check starts itself): nothing runs
+    between commands, so starting it installs it."""
+
+    def start(self) -> float:
+        began = time.monotonic()
+        self.install()
+        return time.monotonic() - began
+
+    def stop(self) -> None:
+        """Nothing runs between commands."""
+
+    def running_pid(self) -> int | None:
+        return None
+
+
 def terminate_group(pid: int, timeout: float = 20.0) -> None:
     """SIGTERM the process group led by pid, then SIGKILL it if it lingers."""
     for sig in (signal.SIGTERM, signal.SIGKILL):

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from strata_platform.services.base import Service, ServiceError, apt_install, run, terminate_group
+from strata_platform.services.base import InstalledTool, ServiceError, apt_install, run, terminate_group
 
 BINARY = "/usr/bin/chromium"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -27,7 +27,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--remote-debugging-pipe")
 
 
-class ChromiumService(Service):
+class ChromiumService(InstalledTool):
     """Installs the browser; each check starts one of its own (nothing runs between commands)."""
 
     name = "chromium"
@@ -37,17 +37,6 @@ class ChromiumService(Service):
 
     def version(self) -> str:
         return run([BINARY, "--version"]).stdout.strip()
-
-    def start(self) -> float:
-        began = time.monotonic()
-        self.install()
-        return time.monotonic() - began
-
-    def stop(self) -> None:
-        """Nothing runs between commands."""
-
-    def running_pid(self) -> int | None:
-        return None
 
     def is_ready(self) -> bool:
         return Path(BINARY).exists()

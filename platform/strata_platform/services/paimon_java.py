@@ -28,7 +28,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from strata_platform.services.base import CACHE_DIR, REPO_ROOT, Service, ServiceError, apt_install, file_lock, run
+from strata_platform.services.base import CACHE_DIR, REPO_ROOT, InstalledTool, ServiceError, apt_install, file_lock, run
 from strata_platform.services.spark import _java_major, java_binary, java_version
 
 if TYPE_CHECKING:
@@ -272,7 +272,7 @@ def canonical(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return sorted(json.dumps(row, sort_keys=True) for row in rows)
 
 
-class PaimonJavaService(Service):
+class PaimonJavaService(InstalledTool):
     """No process of its own: install builds the judge, check runs its selftest and Strata reads
     the tables it wrote."""
 
@@ -283,17 +283,6 @@ class PaimonJavaService(Service):
 
     def version(self) -> str:
         return f"paimon {PAIMON_VERSION}"
-
-    def start(self) -> float:
-        began = time.monotonic()
-        self.install()
-        return time.monotonic() - began
-
-    def stop(self) -> None:
-        """Nothing runs between commands."""
-
-    def running_pid(self) -> int | None:
-        return None
 
     def is_ready(self) -> bool:
         return (build_dir() / ".complete").exists()
