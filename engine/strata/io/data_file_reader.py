@@ -150,6 +150,14 @@ class ReadStats:
             self.row_groups += row_groups
             self.row_groups_read += row_groups_read
 
+    def __getstate__(self) -> dict[str, int]:
+        """Without the lock: a read shipped to another process (Ray, Spark) counts there."""
+        return {"files": self.files, "row_groups": self.row_groups, "row_groups_read": self.row_groups_read}
+
+    def __setstate__(self, state: dict[str, int]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
 
 def read_file(file_io: FileIO, path: str, mapping: ColumnMapping, prune: Predicate | None = None,
               stat_names: dict[str, str] | None = None, batch_rows: int = BATCH_ROWS,

@@ -78,3 +78,14 @@ def test_polars_and_duckdb_prune_row_groups(table: strata.Table, scans: list[Arr
     rows = table.to_duckdb(name="t").sql("SELECT count(*) FROM t WHERE id IN (5, 6)").fetchall()
     assert rows == [(2,)]
     assert groups_read(scans) == (1, 4, 1)
+
+
+def test_a_scan_with_its_read_statistics_ships_to_another_process(table: strata.Table) -> None:
+    """Ray pickles what its tasks read with (cloudpickle); the copy counts its own reads."""
+    pickle = pytest.importorskip("ray.cloudpickle")
+    scan = table.arrow_scan(filter=col("id") < 1000)
+    scan.to_arrow()
+    copy = pickle.loads(pickle.dumps(scan))
+    assert copy.to_arrow().column("id").to_pylist() == list(range(1000))
+    assert (copy.read_stats.files, copy.read_stats.row_groups_read) == (2, 2)  # the original's read, then its own
+    assert (scan.read_stats.files, scan.read_stats.row_groups_read) == (1, 1)
