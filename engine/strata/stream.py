@@ -62,6 +62,7 @@ class ChangeStream:
             raise ValueError(f"a stream of {self.store.identifier} starts at snapshot 1 or later, not {from_snapshot}")
         self.next_snapshot = from_snapshot or saved or (self.store.snapshot_manager.latest_id() or 0) + 1
         self.schema = TableRead(self.store, columns)._schema(True)
+        self._offsets: dict[int, dict[int, int]] = {}  # log offsets of the snapshots not yet read through
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         if self.reads_log:
@@ -140,9 +141,12 @@ class ChangeStream:
         latest = self.store.snapshot_manager.latest_id() or 0
         position = self.next_snapshot
         while position <= latest:
-            offsets = snapshot_log_offsets(self.store.snapshot_manager.snapshot(position))
+            offsets = self._offsets.get(position)
+            if offsets is None:  # a snapshot never changes: read once
+                offsets = self._offsets[position] = snapshot_log_offsets(self.store.snapshot_manager.snapshot(position))
             if any(reader.positions.get(p, 0) < offset for p, offset in offsets.items()):
                 break
+            del self._offsets[position]
             position += 1
         if position > self.next_snapshot:
             self._advance_to(position)
