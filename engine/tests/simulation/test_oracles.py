@@ -65,3 +65,17 @@ def test_a_data_file_missing_under_the_iceberg_metadata_is_caught(monkeypatch: p
     result = run(Scenario(ORACLE_SEED.seed, ORACLE_SEED.steps))
     assert result.failure is not None and result.failure.error == "IcebergMetadataBroken", describe(result)
     assert "that the Iceberg metadata names is missing" in result.failure.message
+
+
+def test_metadata_naming_a_schema_it_does_not_define_is_a_clear_error() -> None:
+    """A snapshot whose schema id the metadata's schemas lack (a mirror that wrote the snapshot but
+    not its schema) is reported as broken metadata naming the file and the id."""
+    from strata.fs.file_io import LocalFileIO
+    from strata.testing.simulation.iceberg import IcebergMetadataBroken, MetadataVersion, read_snapshot
+
+    metadata = {"current-schema-id": 0, "schemas": [{"schema-id": 0, "fields": []}],
+                "snapshots": [{"snapshot-id": 5, "schema-id": 3, "manifest-list": "never-read.avro"}]}
+    version = MetadataVersion(4, "metadata/v4.metadata.json", "hint", metadata)
+    message = r"metadata/v4\.metadata\.json names schema id 3 it does not define"
+    with pytest.raises(IcebergMetadataBroken, match=message):
+        read_snapshot(LocalFileIO(), version, 5)

@@ -96,6 +96,14 @@ def metadata_files(file_io: FileIO, metadata_dir: str) -> list[MetadataVersion]:
     return found
 
 
+def _schema(version: MetadataVersion, schema_id: int) -> dict[str, Any]:
+    schema = next((s for s in version.metadata.get("schemas") or [] if s["schema-id"] == schema_id), None)
+    if schema is None:
+        raise IcebergMetadataBroken(f"Iceberg metadata {version.location} names schema id {schema_id} "
+                                    "it does not define")
+    return dict(schema)
+
+
 def _json(file_io: FileIO, location: str) -> dict[str, Any]:
     return dict(json.loads(file_io.read_bytes(location)))
 
@@ -105,8 +113,7 @@ def read_snapshot(file_io: FileIO, version: MetadataVersion, snapshot_id: int) -
     snapshot = version.snapshot(snapshot_id)
     if snapshot is None:
         raise IcebergMetadataBroken(f"{version.location} names no snapshot {snapshot_id}")
-    schema_id = snapshot.get("schema-id", version.metadata["current-schema-id"])
-    schema = next(s for s in version.metadata["schemas"] if s["schema-id"] == schema_id)
+    schema = _schema(version, snapshot.get("schema-id", version.metadata["current-schema-id"]))
     data_files, deletes = _live_files(file_io, snapshot["manifest-list"], version.location)
     vectors, positions = _deletes(file_io, deletes)
     fields = schema["fields"]
