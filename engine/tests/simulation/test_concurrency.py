@@ -15,6 +15,7 @@ import pytest
 from strata.catalog.base import Catalog
 from strata.testing.simulation.concurrency import DONE, KILLED, NOT_DONE, UNKNOWN, Outcome, World
 from strata.testing.simulation.faults import FaultConfig
+from strata.testing.simulation.invariants import InvariantBroken
 
 SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.string())])
 BATCHES = 2  # batches each writer commits, one identifier each
@@ -210,3 +211,31 @@ def test_fault_rates_outside_zero_to_one_are_refused() -> None:
         FaultConfig(lost_reply=1.5)
     with pytest.raises(ValueError, match="add up to more than 1"):
         FaultConfig(lost_reply=0.6, kill=0.6)
+
+
+def leaking_lock(act: Callable[[Catalog], object]) -> Callable[[Catalog], object]:
+    """`act` with a catalog whose table lock skips its release (a committer that returns early
+    and forgets it): the lease stays until it expires."""
+
+    def leaking(catalog: Catalog) -> object:
+        locks = catalog.locks  # type: ignore[attr-defined]
+        new_lock = locks.lock
+
+        def lock(database: str, table: str) -> object:
+            held = new_lock(database, table)
+            held.release = lambda: True  # the leak: the row stays
+            return held
+
+        locks.lock = lock
+        return act(catalog)
+
+    return leaking
+
+
+def test_a_writer_that_returns_holding_the_lock_fails_the_run(tmp_path: Path) -> None:
+    """Waiters take a leaked lock over once its lease expires, so every outcome stays right; only
+    the world's check after the run sees that a live writer kept its lease."""
+    world = new_world(tmp_path, 0, "jdbc-lock", FaultConfig())
+    with pytest.raises(InvariantBroken, match=r"w0 returned \(done.*still holding the JDBC lock"):
+        world.run({"w0": leaking_lock(writer(0, [])), "w1": writer(1, [])})
+

@@ -28,6 +28,9 @@ OPERATIONS = {60: {"op:fast_forward:forwarded", "op:create_branch:from_snapshot"
 # a seed under the fault mix that loses the snapshot PUT's reply and fails its read-back: the
 # committers' outcome-unknown path (CommitStateUnknownError, then the harness reads the table once)
 UNKNOWN_SEED = Scenario(2, 20, faults="snapshot-unknown")
+# a seed under the fault mix of lock timeouts, frequent once a committer has published a snapshot: its
+# commits' COMPACT times out after their APPEND is out (the half-published commit must report done)
+LOCK_TIMEOUT_SEED = Scenario(5, 16, faults="lock-timeout")
 # seed 60: a write, a branch from its snapshot, main rewritten and its snapshots expired
 BRANCH_EXPIRY = Scenario(60, 40, (0, 11, 31, 33, 36))
 
@@ -170,3 +173,12 @@ def test_the_branch_expiry_run_passes_on_the_table_store_as_it_is() -> None:
     result = run(BRANCH_EXPIRY)
     assert result.failure is None, describe(result)
     assert result.counters["op:create_branch:from_snapshot"] == 1 and result.counters["read:branch_time_travel"]
+
+
+def test_the_lock_timeout_mix_times_out_a_committer_after_it_published() -> None:
+    """Under the JDBC lock, a lock timeout after the committer's own snapshot went out: a commit
+    whose APPEND is published and whose COMPACT cannot get the lock must still report done."""
+    result = run(LOCK_TIMEOUT_SEED)
+    assert result.failure is None, describe(result)
+    assert result.counters["publish:jdbc-lock"] == 1, result.counters
+    assert result.counters["fault:lock_timeout_after_publish"] >= 1, result.counters

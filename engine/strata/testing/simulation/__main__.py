@@ -3,7 +3,8 @@
     --seed S --steps N [--only 3,7,12]   run (replay) one seed; a failure is shrunk and printed
     --hours H --report PATH [--steps N]  run seeds from --seed on until the time is up; write PATH.json/.txt
     --oracles                            the slower tier: Iceberg metadata after every step, pyiceberg, pypaimon
-    --faults NAME                        a named fault mix in place of the seed's (e.g. snapshot-unknown)
+    --faults NAME                        a named fault mix in place of the seed's (e.g. snapshot-unknown,
+                                         lock-timeout), for one seed or every seed of --hours
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from strata.testing.simulation.runner import Scenario, describe, run, shrink
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.hours is not None:
-        return _run_for(args.hours, args.report, args.steps, args.seed, args.oracles)
+        return _run_for(args.hours, args.report, args.steps, args.seed, args.oracles, args.faults)
     if args.seed is None:
         raise SystemExit("give --seed S (to run one seed) or --hours H (to run many)")
     only = tuple(int(i) for i in args.only.split(",")) if args.only else None
@@ -50,13 +51,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_for(hours: float, path: str, steps: int, first_seed: int | None, oracles: bool = False) -> int:
-    """Seeds one after another until the deadline; each failure is shrunk and reported."""
+def _run_for(hours: float, path: str, steps: int, first_seed: int | None, oracles: bool = False,
+             faults: str = "") -> int:
+    """Seeds one after another until the deadline, all with the fault mix `faults` if named (else
+    each seed's own); each failure is shrunk and reported."""
     deadline = time.monotonic() + hours * 3600
     seed = first_seed if first_seed is not None else random.SystemRandom().randrange(2**31)
     report = Report()
     while time.monotonic() < deadline:
-        result = run(Scenario(seed, steps, oracles=oracles))
+        result = run(Scenario(seed, steps, oracles=oracles, faults=faults))
         report.add(result)
         if result.failure is not None:
             shrunk = shrink(result, max_seconds=max(0.0, min(600.0, deadline - time.monotonic())))

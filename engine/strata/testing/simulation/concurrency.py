@@ -44,6 +44,7 @@ from strata.catalog.lock import LOCK_TABLE, JdbcCatalogLock, JdbcLock, LockAcqui
 from strata.errors import CommitStateUnknownError
 from strata.fs.file_io import LocalFileIO
 from strata.testing.simulation.faults import ActorKilled, CallPlan, FaultConfig, FaultyFileIO, draw_plan, in_outage
+from strata.testing.simulation.invariants import InvariantBroken
 
 # short leases and waits keep a lock world's runs to few steps; the margin (a quarter of the
 # lease) still leaves a commit room to write
@@ -94,7 +95,9 @@ class World:
         self._clock = 0.0  # virtual seconds elapsed in runs
         self._clock_origin = time.monotonic()
         self._leases: dict[tuple[str, str], float] = {}  # (lock id, owner) -> virtual time acquired
+        self._lease_actors: dict[tuple[str, str], str] = {}  # (lock id, owner) -> actor that took it
         self._held: dict[str, SimulatedJdbcLock] = {}  # actor -> JDBC lock it holds
+        self._published: set[str] = set()  # actors of the current run that wrote a snapshot file
         os.makedirs(self.warehouse, exist_ok=True)
 
     # -- catalogs ---------------------------------------------------------------------------
@@ -122,6 +125,8 @@ class World:
         threads = [threading.Thread(target=self._actor_main, args=(name, actors[name], catalogs[name], outcomes),
                                     name=f"sim-{name}", daemon=True) for name in names]
         self._dead -= set(names)
+        self._published -= set(names)
+        leases_before = set(self._leases)  # a dead actor's of an earlier run stay until they expire
         with self._baton:
             self._runnable = list(names)
         with _patched_runtime(self):
@@ -133,7 +138,19 @@ class World:
                 self._baton.wait_for(lambda: not self._runnable)
             for thread in threads:
                 thread.join()
+        self._check_no_leaked_lease(names, outcomes, leases_before)
         return {name: outcomes[name] for name in names}
+
+    def _check_no_leaked_lease(self, names: list[str], outcomes: dict[str, Outcome],
+                               leases_before: set[tuple[str, str]]) -> None:
+        """A live actor that returned holding a JDBC lease leaked it: waiters only take over when
+        it expires, so outcomes stay right and the leak shows only here (a dead one's stays)."""
+        for key, actor in self._lease_actors.items():
+            lock_id = key[0]
+            if key in self._leases and key not in leases_before and actor in names and actor not in self._dead:
+                outcome = outcomes[actor]
+                raise InvariantBroken(f"{actor} returned ({outcome.status}: {outcome.error!r}) still holding "
+                                      f"the JDBC lock {lock_id!r}: its lease was never released")
 
     def _actor_main(self, name: str, act: Callable[[Catalog], Any], catalog: Catalog,
                     outcomes: dict[str, Outcome]) -> None:
@@ -221,6 +238,11 @@ class World:
         self.trace.append(("call", actor, op, self._relative(path), fault, "slow" if plan.slow else ""))
         return plan
 
+    def landed(self, actor: str | None, op: str, path: str) -> None:
+        if op == "write_new" and "/snapshot/snapshot-" in path and actor is not None \
+                and self.current_actor() == actor:
+            self._published.add(actor)
+
     def _stream(self, actor: str) -> random.Random:
         if actor not in self._streams:
             self._streams[actor] = random.Random(f"faults:{self.seed}:{actor}")
@@ -281,8 +303,12 @@ class World:
         if actor in self._dead:
             raise ActorKilled(f"{actor} is dead: it acquires no lock")
         self.switch_point(actor)
-        if self._stream(actor).random() < self.faults.lock_timeout:
+        published = actor in self._published
+        rate = self.faults.lock_timeout_after_publish if published else self.faults.lock_timeout
+        if self._stream(actor).random() < rate:
             self.counters["fault:lock_timeout"] += 1
+            if published:
+                self.counters["fault:lock_timeout_after_publish"] += 1
             self.trace.append(("call", actor, "lock", lock_id, "lock_timeout", ""))
             raise LockAcquireTimeoutError(f"simulated: could not acquire lock {lock_id!r}: another writer holds it")
         self.trace.append(("call", actor, "lock", lock_id, "", ""))
@@ -298,11 +324,14 @@ class World:
 
     def lease_taken(self, lock: SimulatedJdbcLock) -> None:
         self._leases[(lock.lock_id, lock.owner)] = self._clock
+        if lock.actor is not None:
+            self._lease_actors[(lock.lock_id, lock.owner)] = lock.actor
         if lock.actor is not None and self.current_actor() == lock.actor:
             self._held[lock.actor] = lock
 
     def lease_released(self, lock: SimulatedJdbcLock) -> None:
         self._leases.pop((lock.lock_id, lock.owner), None)
+        self._lease_actors.pop((lock.lock_id, lock.owner), None)
         if lock.actor is not None and self._held.get(lock.actor) is lock:
             del self._held[lock.actor]
 

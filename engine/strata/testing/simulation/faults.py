@@ -61,6 +61,10 @@ class ConnectionFailedError(ConnectionError):
     """The connection failed before the request was sent."""
 
 
+# fields FaultConfig.random never sets (a new kind left out keeps every seed's fault mix as it was)
+RANDOM_EXCLUDED = ("outage", "reads", "only_on", "only_op", "lock_timeout_after_publish")
+
+
 @dataclass(frozen=True)
 class FaultConfig:
     """Probabilities per storage call (per lock acquisition for ``lock_timeout``, per storage call
@@ -73,6 +77,9 @@ class FaultConfig:
     slow: float = 0.0  # a competitor runs between the request and its effect
     kill: float = 0.0  # the actor's process dies at this call (before or after its effect)
     lock_timeout: float = 0.0  # JDBC lock: acquiring times out (LockAcquireTimeoutError)
+    # the same, in place of `lock_timeout`, for an actor that already published a snapshot in its run:
+    # a commit's COMPACT wanting the lock after its APPEND went out (not in random mixes)
+    lock_timeout_after_publish: float = 0.0
     lease_expiry: float = 0.0  # JDBC lock: the holder stalls past its lease (another may take it)
     # a failed call starts an outage: the actor's next 2..OUTAGE_CALLS calls fail before their effect
     # (the outage that lost a reply often fails the reads that would settle it, too)
@@ -103,7 +110,7 @@ class FaultConfig:
     def random(cls, rng: random.Random) -> FaultConfig:
         """A mix of a few fault kinds at rates that leave most operations done: rare enough that a
         run reaches deep states, frequent enough that each kind meets the commit path."""
-        kinds = [f.name for f in fields(cls) if f.name not in ("outage", "reads", "only_on", "only_op")]
+        kinds = [f.name for f in fields(cls) if f.name not in RANDOM_EXCLUDED]
         chosen = rng.sample(kinds, rng.randint(1, 4))
         rates: dict[str, Any] = {name: rng.choice((0.005, 0.01, 0.03)) for name in chosen}
         return cls(**rates, outage=rng.choice((0.0, 0.5)), reads=rng.choice((0.1, 1.0)))
@@ -123,7 +130,12 @@ PRESETS = {
     # that fails the read-back of that snapshot too: the commit's outcome-unknown path
     "snapshot-unknown": FaultConfig(lost_reply=0.5, unavailable_after=0.2, outage=1.0, only_on="/snapshot/snapshot-",
                                     only_op="write_new"),
+    # under the JDBC lock: acquisitions time out now and then, and often once the actor has published
+    # a snapshot (the COMPACT of a commit whose APPEND is out): the half-published commit's path
+    "lock-timeout": FaultConfig(lock_timeout=0.05, lock_timeout_after_publish=0.5),
 }
+# the presets whose faults need snapshots published under the JDBC lock
+PRESETS_UNDER_LOCK = frozenset({"lock-timeout"})
 
 
 @dataclass(frozen=True)
@@ -195,6 +207,10 @@ class StorageSteps(Protocol):
         """Let another actor run now (a slow call, check-then-put's window)."""
         ...
 
+    def landed(self, actor: str | None, op: str, path: str) -> None:
+        """The call's effect took place (a fault after it may still hide that from the actor)."""
+        ...
+
     def exclusive(self, actor: str | None, path: str) -> contextlib.AbstractContextManager[object]:
         """A lock on `path` that waits by switching to other actors, never by blocking."""
         ...
@@ -224,6 +240,7 @@ class FaultyFileIO(FileIO):
         if plan.slow:
             self.steps.competitor_runs(self.actor)
         result = effect()
+        self.steps.landed(self.actor, op, path)
         plan.fail_after(op, path)
         return result
 

@@ -75,10 +75,14 @@ class Scenario:
             if self.faults not in PRESETS:
                 raise ValueError(f"unknown fault mix {self.faults!r}; known: {sorted(PRESETS)}")
             faults = PRESETS[self.faults]
-        jdbc_lock = random.Random(f"publish:{self.seed}").random() < 0.5
-        return World(self.seed, warehouse, faults, use_jdbc_lock=jdbc_lock, lapse_before_put=False)
+        return World(self.seed, warehouse, faults, use_jdbc_lock=self.publish_mode() == "jdbc-lock",
+                     lapse_before_put=False)
 
     def publish_mode(self) -> str:
+        from strata.testing.simulation.faults import PRESETS_UNDER_LOCK
+
+        if self.faults in PRESETS_UNDER_LOCK:
+            return "jdbc-lock"
         return "jdbc-lock" if random.Random(f"publish:{self.seed}").random() < 0.5 else "conditional-put"
 
     def keeping(self, indices: Sequence[int]) -> Scenario:
