@@ -219,8 +219,28 @@ class BranchManager:
                     f"fast-forward of branch '{name}' in {self.table_path} conflicts with a commit to "
                     f"main (latest snapshot moved from {expected_latest} to {main.latest_id()}); retry")
             first = branch_snapshots.snapshot(earliest)
+            self._refuse_a_diverged_main(name, main, first)
             self._replace_main(name, source, first, expected_latest)
         return latest
+
+    def _refuse_a_diverged_main(self, name: str, main: SnapshotManager, first: Snapshot) -> None:
+        """Main keeps its snapshots below the branch's first one, which must then lead to it: main
+        must still hold that snapshot as the branch copied it. Main rolled back below the branch
+        point (and maybe committed since) would keep snapshots of another history, with a gap and
+        schemas the fast-forward deletes; Paimon does not check this, and leaves such a table."""
+        earliest = main.earliest_id()
+        if earliest is None or earliest >= first.id:
+            return  # every snapshot of main is replaced (or main is empty)
+        try:
+            at_fork = main.snapshot(first.id)
+        except SnapshotNotFoundError:
+            at_fork = None
+        if at_fork is None or not at_fork.same_commit(first):
+            raise CommitConflictError(
+                f"fast-forward of branch '{name}' in {self.table_path}: main no longer holds the branch's first "
+                f"snapshot {first.id} (rolled back below it since the branch was created), so its snapshots "
+                f"before {first.id} belong to another history; main is unchanged: roll main back to a snapshot "
+                f"before {first.id} and create the branch again, or roll the branch's rows into main by writing them")
 
     def _replace_main(self, name: str, source: str, first: Snapshot, main_latest: int | None) -> None:
         """Paimon's fast-forward, under a lock that excludes every publish to main: schemas first

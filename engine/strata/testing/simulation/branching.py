@@ -10,7 +10,7 @@ import dataclasses
 import random
 from collections import Counter
 
-from strata.errors import CommitConflictError
+from strata.errors import CommitConflictError, SnapshotNotFoundError
 from strata.testing.simulation.context import Branch, Context, OperationFailed, arrow_of, batch_rows, expect_refusal
 from strata.testing.simulation.invariants import check_references, check_tags_listed, sync_snapshots
 from strata.testing.simulation.readers import check_latest
@@ -82,6 +82,10 @@ def fast_forward(ctx: Context, rng: random.Random) -> str:
                 raise OperationFailed(f"fast-forward without a commit lock refused unclearly: {exc!r}") from exc
             return "refused_without_lock"
         raise OperationFailed("fast-forward without a commit lock (conditional PUT) was accepted")
+    if _main_left_the_fork(ctx, branch.name, min(branch.model.history)):
+        expect_refusal(lambda: ctx.table.fast_forward(branch.name), f"fast-forward to {branch.name} after main "
+                       "was rolled back below the branch point", "rolled back below")
+        return "refused_diverged"
     latest = ctx.table.fast_forward(branch.name)
     if latest != max(branch.model.history):
         raise OperationFailed(f"fast-forward to {branch.name} returned snapshot {latest}, the branch's latest "
@@ -89,6 +93,20 @@ def fast_forward(ctx: Context, rng: random.Random) -> str:
     ctx.model.fast_forwarded(branch.model)
     ctx.table = ctx.catalog.get_table(TABLE)
     return "forwarded"
+
+
+def _main_left_the_fork(ctx: Context, name: str, first_id: int) -> bool:
+    """Whether main keeps snapshots below the branch's first one but no longer that snapshot as the
+    branch copied it (main was rolled back below the branch point): fast-forward must refuse then."""
+    main = ctx.table.snapshot_manager
+    earliest = main.earliest_id()
+    if earliest is None or earliest >= first_id:
+        return False
+    first = ctx.table.on_branch(name).snapshot_manager.snapshot(first_id)
+    try:
+        return not main.snapshot(first_id).same_commit(first)
+    except SnapshotNotFoundError:
+        return True
 
 
 def delete_branch(ctx: Context, rng: random.Random) -> str:
