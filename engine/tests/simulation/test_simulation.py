@@ -40,6 +40,9 @@ KNOWN_FAILURES: dict[int, tuple[int, tuple[int, ...], str]] = {}
 
 # seed -> (steps, the shrunk operations, the bug it found, since fixed): each replays its shrunk sequence
 REGRESSIONS = {
+    5000: (60, (19, 20, 21, 31, 39, 43, 44, 46, 48, 54), "fast-forward after main was rolled back below the "
+                                                        "branch point and written under a newer schema deleted "
+                                                        "that schema (main unreadable); it is now refused"),
     133: (40, (2, 3, 5, 6, 21, 29), "a rollback to a tag whose snapshot had expired published the tag's snapshot "
                                     "with its changelog manifest list, which expiry had deleted (the retained "
                                     "snapshot named missing files); it is now published without it. Since the "
