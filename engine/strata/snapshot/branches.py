@@ -18,7 +18,7 @@ import contextlib
 import datetime as dt
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from strata.errors import CommitConflictError, SnapshotNotFoundError, StrataError
 from strata.fs import FileIO
@@ -151,11 +151,11 @@ class BranchManager:
             snapshot = Snapshot.from_json(data, where=tag_path)
             self._copy_schemas(schemas, target, snapshot.schema_id)
             self.file_io.write_bytes(f"{target}/{_TAG_DIR}/{_TAG_PREFIX}{from_tag}", data)
-            self._write_snapshot(target, _trimmed(snapshot))
+            self._write_snapshot(target, _without_changelog(_trimmed(snapshot)))
         elif from_snapshot is not None:
             snapshot = SnapshotManager(self.file_io, source).snapshot(from_snapshot)
             self._copy_schemas(schemas, target, snapshot.schema_id)
-            self._write_snapshot(target, snapshot)
+            self._write_snapshot(target, _without_changelog(snapshot))
         else:
             latest = schemas.latest()
             if latest is None:
@@ -282,6 +282,13 @@ class BranchManager:
         """Metadata paths of main and every branch, except `exclude`'s."""
         names = [MAIN_BRANCH, *self.names()]
         return [self.path(n) for n in names if exclude is None or normalize_branch(exclude) != n]
+
+
+def _without_changelog(snapshot: Snapshot) -> Snapshot:
+    """A branch's first snapshot: its data, not the changelog of the commit that made it on its
+    source, which that branch's expiry deletes with the snapshot (as a tag's)."""
+    return replace(snapshot, changelog_manifest_list=None, changelog_manifest_list_size=None,
+                   changelog_record_count=None)
 
 
 def _trimmed(tag: Snapshot) -> Snapshot:

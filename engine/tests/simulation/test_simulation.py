@@ -40,6 +40,8 @@ KNOWN_FAILURES: dict[int, tuple[int, tuple[int, ...], str]] = {}
 
 # seed -> (steps, the shrunk operations, the bug it found, since fixed): each replays its shrunk sequence
 REGRESSIONS = {
+    5024: (60, (7, 11, 12, 13, 14, 30, 35, 57, 59), "a branch's first snapshot kept the changelog of main's commit, "
+                                                    "which main's expiry deleted (the branch named missing files)"),
     5000: (60, (19, 20, 21, 31, 39, 43, 44, 46, 48, 54), "fast-forward after main was rolled back below the "
                                                         "branch point and written under a newer schema deleted "
                                                         "that schema (main unreadable); it is now refused"),

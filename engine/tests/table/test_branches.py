@@ -200,6 +200,27 @@ def test_fast_forward_after_main_was_rolled_back_below_the_branch_point_is_refus
         rows(main, snapshot_id=snapshot.id)
 
 
+def test_a_branchs_first_snapshot_names_no_changelog_main_expires(catalog):
+    # the changelog of the commit a branch starts from is main's, and main's expiry deletes it with
+    # the snapshot: the branch's copy named missing files (found by the simulation, seed 5024)
+    t = catalog.create_table("db.c", SCHEMA, primary_keys=["id"],
+                             options={"bucket": "1", "changelog-producer": "input"})
+    for i in range(1, 4):
+        t.write(batch([i], "m"))
+    t.create_tag("t2", 2)
+    for kind, branch in (("snapshot", t.create_branch("bs", from_snapshot=2)),
+                         ("tag", t.create_branch("bt", from_tag="t2"))):
+        first = branch.snapshot_manager.snapshot(2)
+        assert first.changelog_manifest_list is None, kind
+    t.expire_snapshots(retain_min=1, retain_max=1)
+    for name in ("bs", "bt"):
+        branch = t.on_branch(name)
+        snapshot = branch.snapshot_manager.snapshot(2)
+        names = [snapshot.base_manifest_list, snapshot.delta_manifest_list]
+        assert all(t.file_io.exists(branch.manifest_store.path(n)) for n in names)
+        assert rows(branch) == [(1, "m1"), (2, "m2")]
+
+
 def test_fast_forward_is_refused_where_commits_take_no_lock(table, catalog, warehouse_io):
     """On an object store with conditional PUT main's committers publish create-if-absent without a
     lock, so replacing main's snapshots could delete a commit after it was acknowledged: refused,
