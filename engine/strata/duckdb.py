@@ -27,7 +27,7 @@ import pyarrow.dataset as ds
 
 from strata.arrow_stream import ArrowScan, TableLike
 from strata.errors import FilterError
-from strata.expressions import Leaf, Predicate
+from strata.expressions import Leaf, Predicate, all_of
 from strata.expressions.literals import bind
 
 if TYPE_CHECKING:
@@ -160,12 +160,7 @@ def _conjunction(tree: Any, table: TableLike) -> tuple[Predicate | None, bool]:
     and whether that is every conjunct."""
     conjuncts = _conjuncts(tree)
     parts = [p for p in (_bound(_predicate(c, table), table) for c in conjuncts) if p is not None]
-    if not parts:
-        return None, False
-    combined = parts[0]
-    for part in parts[1:]:
-        combined = combined & part
-    return combined, len(parts) == len(conjuncts)
+    return all_of(parts), bool(parts) and len(parts) == len(conjuncts)
 
 
 def _conjuncts(tree: Any) -> list[Any]:

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from strata.arrow_stream import ArrowScan, TableLike
 from strata.errors import FilterError
-from strata.expressions import Leaf, Predicate
+from strata.expressions import Leaf, Predicate, all_of
 from strata.expressions.literals import bind
 
 if TYPE_CHECKING:
@@ -111,12 +111,7 @@ def translate(predicate: pl.Expr | None, schema: TableSchema) -> tuple[Predicate
     types = {f.name: f.type.to_arrow() for f in schema.fields}
     conjuncts = _conjuncts(tree)
     parts = [p for p in (_translate(c, schema, types) for c in conjuncts) if p is not None]
-    if not parts:
-        return None, False
-    combined = parts[0]
-    for part in parts[1:]:
-        combined = combined & part
-    return combined, len(parts) == len(conjuncts)
+    return all_of(parts), bool(parts) and len(parts) == len(conjuncts)
 
 
 def _conjuncts(node: dict[str, Any]) -> list[dict[str, Any]]:

@@ -268,6 +268,16 @@ def col(name: str) -> Column:
     return Column(name)
 
 
+def all_of(predicates: list[Predicate]) -> Predicate | None:
+    """The conjunction of `predicates` (None: no predicate)."""
+    if not predicates:
+        return None
+    combined = predicates[0]
+    for predicate in predicates[1:]:
+        combined = And(combined, predicate)
+    return combined
+
+
 def only_fields(predicate: Predicate | None, allowed: set[str]) -> Predicate | None:
     """The part of a conjunction that references only `allowed` fields (safe to push down)."""
     if predicate is None:
