@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+from storage_faults import CompactOutage
 
 from strata import metrics
 from strata.catalog.filesystem import FileSystemCatalog
 from strata.format.bucket import bucket_ids
-from strata.fs.file_io import LocalFileIO
 from strata.table.table import Table
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string())])
@@ -25,20 +25,6 @@ KEYS = list(range(20))
 # one publish attempt and one retry per COMPACT, with short back-offs
 OPTIONS = {"bucket": "2", "deletion-vectors.enabled": "true", "commit.max-retries": "1",
            "commit.min-retry-wait": "1 ms", "commit.max-retry-wait": "5 ms"}
-
-
-class CompactOutage(LocalFileIO):
-    """Refuses the next `failures` writes of a COMPACT snapshot (before they take effect)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failures = 0
-
-    def write_new(self, path: str, data: bytes) -> bool:
-        if self.failures and "/snapshot/snapshot-" in path and b'"COMPACT"' in data:
-            self.failures -= 1
-            raise OSError(f"injected: the store refused {path}")
-        return super().write_new(path, data)
 
 
 def dv_table(tmp_path: Path, io: CompactOutage, **options: str) -> Table:

@@ -4,32 +4,15 @@ NULLs included, are those of DuckDB over the same rows as plain Arrow."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import duckdb
 import pytest
 
 import strata
-import strata.table.read as table_read
 from strata.arrow_stream import ArrowScan
 
 CONDITIONS = ["k IN (3, 4)", "k NOT IN (3, 4)", "NOT (k IN (3, 4) OR v = 'v3')", "dt IN ('2024-01-01')",
               "dt NOT IN ('2024-01-01')", "k NOT IN (3, NULL)", "id IN (5, 6, 7000) OR k IN (7)",
               "k IN (3) AND v IS NULL"]
-
-
-@pytest.fixture
-def files_opened(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Paths of the data files reads open (the reader itself runs, only counted)."""
-    opened: list[str] = []
-    real = table_read.read_file
-
-    def counting(io, path, *args, **kwargs):  # type: ignore[no-untyped-def]
-        opened.append(path)
-        return real(io, path, *args, **kwargs)
-
-    monkeypatch.setattr(table_read, "read_file", counting)
-    yield opened
 
 
 @pytest.mark.parametrize("condition", CONDITIONS)

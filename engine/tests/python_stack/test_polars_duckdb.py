@@ -3,8 +3,6 @@ they hand over prune: fewer data files are planned and opened than without them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -12,7 +10,6 @@ from stack_tables import sorted_rows
 
 import strata
 import strata.polars
-import strata.table.read as table_read
 from strata import col
 from strata.arrow_stream import ArrowScan
 
@@ -30,20 +27,6 @@ CASES = [
     ((pl.col("x") > 100.0) & (pl.col("id") > 400), "x > 100.0 AND id > 400", (col("x") > 100.0) & (col("id") > 400)),
 ]
 IDS = ["partition", "partition-null", "data-and-null", "or-with-null", "in-and-not", "function", "float"]
-
-
-@pytest.fixture
-def files_opened(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Paths of the data files reads open (the reader itself runs, only counted)."""
-    opened: list[str] = []
-    real = table_read.read_file
-
-    def counting(io, path, *args, **kwargs):  # type: ignore[no-untyped-def]
-        opened.append(path)
-        return real(io, path, *args, **kwargs)
-
-    monkeypatch.setattr(table_read, "read_file", counting)
-    yield opened
 
 
 @pytest.mark.parametrize(("expr", "sql", "predicate"), CASES, ids=IDS)

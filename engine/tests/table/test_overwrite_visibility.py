@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from storage_faults import CompactOutage
 
 import strata
 from strata.catalog.filesystem import FileSystemCatalog
-from strata.fs.file_io import LocalFileIO
 from strata.snapshot.snapshot import CommitKind
 from strata.table.table import Table
 
@@ -105,20 +105,6 @@ def test_overwrite_deletes_rows_the_table_held_only_in_vectors(catalog: strata.C
     assert read(table) == in_partition(0, "new", range(0, 6))
     table.write(rows_of(in_partition(0, "later", range(4, 8))))
     assert read(table) == {**in_partition(0, "new", range(0, 4)), **in_partition(0, "later", range(4, 8))}
-
-
-class CompactOutage(LocalFileIO):
-    """Refuses the next `failures` writes of a COMPACT snapshot (before they take effect)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failures = 0
-
-    def write_new(self, path: str, data: bytes) -> bool:
-        if self.failures and "/snapshot/snapshot-" in path and b'"COMPACT"' in data:
-            self.failures -= 1
-            raise OSError(f"injected: the store refused {path}")
-        return super().write_new(path, data)
 
 
 def test_an_overwrite_whose_compaction_failed_is_compacted_again(tmp_path: Path) -> None:
