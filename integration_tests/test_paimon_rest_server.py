@@ -280,6 +280,16 @@ def test_a_request_without_the_token_is_refused_before_its_body_is_sent(server: 
     assert catalog.list_databases() == []
 
 
+def test_an_answer_that_leaves_the_body_unread_tells_the_client_the_connection_ends(server: JsonServer[Any]) -> None:
+    """A client that keeps connections alive (Java's) reuses one unless told it ends: without the
+    header it sent its next request into a closed socket (NoHttpResponseException)."""
+    with raw_connection(server) as sock:
+        send_head(sock, "POST", f"{API}/databases", {"Content-Length": "1000", "Content-Type": "application/json"})
+        answer = http.client.HTTPResponse(sock)
+        answer.begin()
+        assert answer.status == 401 and answer.getheader("Connection") == "close"
+
+
 @pytest.mark.parametrize("token", [None, "wrong"])
 def test_an_oversized_body_without_the_token_is_unauthorized(server: JsonServer[Any], token: str | None) -> None:
     """What is wrong with a request is said only to a client that may know it: 401, not 'too large'."""

@@ -273,6 +273,10 @@ class JsonHandler(BaseHTTPRequestHandler, Generic[S]):
         if status != 204:
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
+        if not self.body_read and self._announces_body():
+            # the unread body must not be taken for the next request: say the connection ends here,
+            # or a client reusing it meets a closed socket (Java's NoHttpResponseException)
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD" and status != 204:
             self.wfile.write(data)
