@@ -15,7 +15,7 @@ from strata.iceberg import statistics
 from strata.iceberg.location import metadata_dir, table_location, uri
 from strata.iceberg.types import highest_field_id, iceberg_type, name_mapping, schema_json
 from strata.iceberg.versions import current_id
-from strata.snapshot.branches import branch_path
+from strata.snapshot.branches import branch_path, without_changelog
 from strata.snapshot.snapshot import CommitKind, Snapshot
 from strata.snapshot.snapshot_manager import SnapshotManager
 from strata.store import FileStore
@@ -137,6 +137,6 @@ class MetadataBuilder:
             if name in refs or head is None or head.id not in mirrored:
                 continue
             with contextlib.suppress(SnapshotNotFoundError):
-                if store.snapshot_manager.snapshot(head.id) == head:
+                if without_changelog(store.snapshot_manager.snapshot(head.id)) == without_changelog(head):
                     refs[name] = {"snapshot-id": head.id, "type": "branch"}
         return refs

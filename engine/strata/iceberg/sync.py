@@ -123,11 +123,17 @@ def _statistics_sibling(location: str) -> str:
     return sibling if sibling != location else versions.metadata_file(base, number)
 
 
+def _describes(entry: dict[str, Any], snapshot: Snapshot) -> bool:
+    """The Iceberg snapshot `entry` was made of `snapshot`, not of one of the same id that a
+    rollback removed. Strata stamps an entry with its snapshot's commit time; Paimon's Java
+    mirror (1.3) with the time it wrote the metadata, just after that commit. Either is
+    at or after the snapshot's commit, and a rolled-back one's is before its successor's."""
+    return entry["snapshot-id"] == snapshot.id and int(entry["timestamp-ms"]) >= snapshot.time_millis
+
+
 def _shows(metadata: dict[str, Any], snapshot: Snapshot) -> bool:
     """The metadata's current snapshot is `snapshot` (not one of the same id a rollback removed)."""
-    if current_id(metadata) != snapshot.id:
-        return False
-    return bool(current_snapshot(metadata)["timestamp-ms"] == snapshot.time_millis)
+    return current_id(metadata) == snapshot.id and _describes(current_snapshot(metadata), snapshot)
 
 
 @dataclass
@@ -293,7 +299,7 @@ class IcebergSync:
         removed, nor one a later commit of the same id replaced); an expired one counts as live."""
         manager = self.store.snapshot_manager
         try:
-            return bool(manager.snapshot(entry["snapshot-id"]).time_millis == entry["timestamp-ms"])
+            return _describes(entry, manager.snapshot(entry["snapshot-id"]))
         except SnapshotNotFoundError:
             earliest = manager.earliest_id()
             return earliest is not None and entry["snapshot-id"] < earliest

@@ -151,11 +151,11 @@ class BranchManager:
             snapshot = Snapshot.from_json(data, where=tag_path)
             self._copy_schemas(schemas, target, snapshot.schema_id)
             self.file_io.write_bytes(f"{target}/{_TAG_DIR}/{_TAG_PREFIX}{from_tag}", data)
-            self._write_snapshot(target, _without_changelog(_trimmed(snapshot)))
+            self._write_snapshot(target, without_changelog(_trimmed(snapshot)))
         elif from_snapshot is not None:
             snapshot = SnapshotManager(self.file_io, source).snapshot(from_snapshot)
             self._copy_schemas(schemas, target, snapshot.schema_id)
-            self._write_snapshot(target, _without_changelog(snapshot))
+            self._write_snapshot(target, without_changelog(snapshot))
         else:
             latest = schemas.latest()
             if latest is None:
@@ -284,7 +284,7 @@ class BranchManager:
         return [self.path(n) for n in names if exclude is None or normalize_branch(exclude) != n]
 
 
-def _without_changelog(snapshot: Snapshot) -> Snapshot:
+def without_changelog(snapshot: Snapshot) -> Snapshot:
     """A branch's first snapshot: its data, not the changelog of the commit that made it on its
     source, which that branch's expiry deletes with the snapshot (as a tag's)."""
     return replace(snapshot, changelog_manifest_list=None, changelog_manifest_list_size=None,

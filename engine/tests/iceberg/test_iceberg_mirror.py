@@ -146,3 +146,22 @@ def test_millisecond_ltz_is_stored_in_micros_when_mirrored(catalog: strata.Catal
         stored = pq.read_schema(status.path.removeprefix("file://"))
         assert stored.field("ts3").type == pa.timestamp("ms")  # Iceberg readers take MILLIS timestamps
         assert stored.field("tz3").type == pa.timestamp("us" if options else "ms", tz="UTC")
+
+
+def test_tags_and_unwritten_branches_are_refs(catalog: strata.Catalog) -> None:
+    """A tag is a tag ref; a branch made from a tag or a snapshot and not written since is a branch
+    ref at its head (its first snapshot drops the source commit's changelog, and is still main's
+    snapshot); a written branch's snapshots are not main's, so it gets no ref."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+    table = catalog.create_table("db.refs", schema, primary_keys=["id"],
+                                 options={**ICEBERG, "changelog-producer": "input"})
+    table.write(pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=schema))
+    table.create_tag("t1")
+    table.create_branch("from_tag", from_tag="t1")
+    table.create_branch("from_snapshot", from_snapshot=1)
+    table.create_branch("wip", from_tag="t1").write(pa.table({"id": [9], "v": ["w"]}, schema=schema))
+    table.write(pa.table({"id": [3], "v": ["c"]}, schema=schema))
+    assert metadata(table)["refs"] == {"main": {"snapshot-id": 2, "type": "branch"},
+                                       "t1": {"snapshot-id": 1, "type": "tag"},
+                                       "from_tag": {"snapshot-id": 1, "type": "branch"},
+                                       "from_snapshot": {"snapshot-id": 1, "type": "branch"}}

@@ -150,3 +150,26 @@ def test_deletion_vector_table_rolled_back_then_upserted(catalog: strata.Catalog
     table.write(batch(1, 11).set_column(1, "name", pa.array(["z", "w"])))
     assert table.to_arrow().num_rows == 11
     assert_iceberg_reads_the_table(table, warehouse_options, rest_uri)
+
+
+def test_entries_stamped_after_their_commit_are_not_taken_for_rolled_back(catalog: strata.Catalog) -> None:
+    """Paimon's Java mirror stamps an Iceberg snapshot with the time it wrote the metadata, just
+    after the commit: Strata continuing that metadata keeps its history (it dropped it as rolled
+    back when it asked for the commit time itself), and a rollback still drops what it removed."""
+    table = catalog.create_table("db.java_stamped", SCHEMA, options={"metadata.iceberg.storage": "table-location"})
+    table.write(batch(1))
+    table.write(batch(2))
+    location = latest_metadata_location(table)
+    assert location is not None
+    published = json.loads(table.file_io.read_bytes(location))
+    for entry in published["snapshots"]:
+        entry["timestamp-ms"] += 7  # as Java's callback stamps them: a few ms after each commit
+    table.file_io.write_bytes(location, json.dumps(published).encode())
+    table.write(batch(3))
+    current = json.loads(table.file_io.read_bytes(latest_metadata_location(table) or ""))
+    assert [s["snapshot-id"] for s in current["snapshots"]] == [1, 2, 3]
+    table.rollback_to(2)
+    table.write(batch(4))
+    current = json.loads(table.file_io.read_bytes(latest_metadata_location(table) or ""))
+    assert [s["snapshot-id"] for s in current["snapshots"]] == [1, 2, 3]
+    assert current["snapshots"][-1]["timestamp-ms"] == table.latest_snapshot().time_millis

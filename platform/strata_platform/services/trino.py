@@ -379,6 +379,8 @@ class TrinoService(Service):
             if relative in ("catalog/strata.properties", "catalog/native.properties"):
                 path.chmod(0o600)  # object-store credentials, and the REST catalog's token if any
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.running_pid() is None:  # the launcher's pid is of an earlier boot, maybe reused by now
+            (self.data_dir / "var" / "run" / "launcher.pid").unlink(missing_ok=True)
         if self.warehouse.startswith("file:"):
             Path(urllib.request.url2pathname(self.warehouse[len("file:"):])).mkdir(
                 parents=True, exist_ok=True)
