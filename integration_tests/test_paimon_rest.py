@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import strata
 from strata.catalog import Catalog
 from strata_platform.paimon_rest import PaimonRestCatalog, start
 from strata_platform.paimon_rest.server import vended_s3_options
@@ -399,3 +400,100 @@ def test_malformed_commit_body_refused(rest: Service, catalog: Catalog, database
     status, answer = request(rest, "POST", path, {"snapshot": latest})
     assert (status, answer) == (200, {"success": False})
     assert [s.id for s in catalog.get_table(f"{database}.{name}").snapshots()] == [1]
+
+
+# -- three clients commit at once, under each commit mode ---------------------------------------------
+
+class RecordingRestCatalog(PaimonRestCatalog):
+    """The server's catalog, recording each commit's answer: (snapshot id, delta manifest list, the
+    answer: True, False, or the error's text)."""
+
+    def __init__(self, catalog: Catalog):
+        super().__init__(catalog, prefix=WAREHOUSE_NAME)
+        self.answers: list[tuple[int, str, bool | str]] = []
+        self._guard = threading.Lock()
+
+    def commit(self, database: str, name: str, body: Any) -> dict[str, Any]:
+        snapshot = body["snapshot"]
+        key = (int(snapshot["id"]), str(snapshot["deltaManifestList"]))
+        try:
+            answer = super().commit(database, name, body)
+        except Exception as exc:
+            with self._guard:
+                self.answers.append((*key, repr(exc)))
+            raise
+        with self._guard:
+            self.answers.append((*key, bool(answer["success"])))
+        return answer
+
+
+PYPAIMON_COMMITS = """
+    import json, sys
+    import pyarrow as pa
+    from pypaimon import CatalogFactory
+    options, name, ids = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+    table = CatalogFactory.create(options).get_table(name)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),
+                        pa.field("amount", pa.float64())])
+    for i in ids:
+        builder = table.new_batch_write_builder()
+        write, commit = builder.new_write(), builder.new_commit()
+        write.write_arrow(pa.table({"id": [i], "name": ["pypaimon"], "amount": [float(i)]}, schema=schema))
+        commit.commit(write.prepare_commit())
+        write.close(); commit.close()
+"""
+
+
+@pytest.mark.parametrize(("lock_free", "mode"), [("true", "atomic"), ("false", "lock")])
+def test_two_java_writers_and_pypaimon_commit_at_once(rest: Service, catalog: Catalog, database: str,
+                                                      lock_free: str, mode: str) -> None:
+    """Two Java writers and a pypaimon writer commit to one table at once through a server whose
+    commits publish by conditional PUT (atomic) or under the JDBC lock: every row lands once, and
+    the server's answers match what was published: each ``success: true`` is the snapshot its id
+    holds, each ``false`` is not (the client retried it under a new id)."""
+    from strata_platform.paimon_rest.catalog import commit_mode
+
+    served = strata.load_catalog(rest.warehouse, **{**rest.catalog_options(), "commit.lock-free": lock_free})
+    recording = RecordingRestCatalog(served)
+    server = start(recording, port=0, token="writers")
+    options = {**rest.java_options(), "uri": f"http://127.0.0.1:{server.server_port}", "token": "writers"}
+    name, commits = f"{database}.three_writers_{mode}", 6
+    try:
+        with JudgeSession(options) as first, JudgeSession(options) as second:
+            seed = [{"rows": rows((0, "seed", 0.0))}]
+            first.call("write", spec=[{"table": name, "fields": PK_FIELDS, "commits": seed}])
+            assert commit_mode(served.get_table(name)) == mode
+            ids = {"java1": [100 + i for i in range(commits)], "java2": [200 + i for i in range(commits)],
+                   "pypaimon": [300 + i for i in range(commits)]}
+            failures: list[BaseException] = []
+
+            def pypaimon_writer() -> None:
+                try:
+                    run_pypaimon(PYPAIMON_COMMITS, json.dumps(options), name, json.dumps(ids["pypaimon"]))
+                except BaseException as exc:  # reported by the test thread
+                    failures.append(exc)
+
+            writer = threading.Thread(target=pypaimon_writer)
+            writer.start()
+            for session, key in ((first, "java1"), (second, "java2")):
+                session.send("write", spec=[{"table": name, "commits": [{"rows": rows((i, key, float(i)))}
+                                                                        for i in ids[key]]}])
+            first.receive()
+            second.receive()
+            writer.join()
+            assert not failures, failures
+            expected = sorted([0, *ids["java1"], *ids["java2"], *ids["pypaimon"]])
+            assert sorted(json.loads(r)["id"] for r in java_rows(first, name)) == expected
+        assert sorted(json.loads(r)["id"] for r in strata_rows(catalog, name)) == expected
+        table = catalog.get_table(name)
+        published = {s.id: s.delta_manifest_list for s in table.snapshots()}
+        assert sorted(published) == list(range(1, len(published) + 1))
+        answers = recording.answers
+        assert not [a for a in answers if not isinstance(a[2], bool)], answers  # no outcome was unknown
+        assert sorted((i, d) for i, d, ok in answers if ok) == sorted(published.items())
+        assert not [(i, d) for i, d, ok in answers if not ok and published.get(i) == d]
+        print(f"{mode}: {len(answers)} commits answered, {sum(not ok for _, _, ok in answers)} success:false")
+    finally:
+        server.shutdown()
+        server.server_close()
+        served.close()

@@ -16,6 +16,7 @@ import http.client
 import json
 import logging
 import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,26 @@ def test_a_database_at_another_databases_directory_is_refused(server: JsonServer
     assert catalog.get_table("victim.t").to_arrow().num_rows == 3
     assert call(server, "DELETE", f"{API}/databases/victim") == (200, {})
     assert not Path(warehouse, "victim.db").exists()
+
+
+def test_a_database_has_audit_fields_not_options(server: JsonServer[Any]) -> None:
+    """createdAt/updatedAt/owner come back as the response's audit fields (Java wrote owner=null and
+    zeros before): kept beside the database's options, never shown as options nor set by a client."""
+    before = int(time.time() * 1000)
+    assert call(server, "POST", f"{API}/databases", {"name": "audited", "options": {"team": "data"}}) == (200, {})
+    status, got = call(server, "GET", f"{API}/databases/audited")
+    assert status == 200 and got["options"] == {"team": "data"}
+    assert got["owner"] == got["createdBy"] == got["updatedBy"] == "strata"
+    assert before <= got["createdAt"] == got["updatedAt"] <= int(time.time() * 1000)
+    time.sleep(0.01)  # so that the update's millisecond is a later one
+    assert call(server, "POST", f"{API}/databases/audited", {"updates": {"team": "bi"}, "removals": []})[0] == 200
+    status, altered = call(server, "GET", f"{API}/databases/audited")
+    assert altered["options"] == {"team": "bi"} and altered["createdAt"] == got["createdAt"]
+    assert altered["updatedAt"] > got["updatedAt"]
+    for body in ({"updates": {"strata.rest.created-at": "0"}, "removals": []},
+                 {"updates": {}, "removals": ["strata.rest.updated-at"]}):
+        status, answer = call(server, "POST", f"{API}/databases/audited", body)
+        assert status == 400 and "audit fields" in answer["message"], answer
 
 
 def test_a_rename_to_a_name_whose_lock_id_would_not_fit_is_refused(server: JsonServer[Any],

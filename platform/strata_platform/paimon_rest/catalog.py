@@ -172,8 +172,10 @@ class PaimonRestCatalog:
         with client_errors(DATABASE, name):
             names.check_database_name(name)
             properties = string_map(request.get("options"), "options")
-            if properties and isinstance(self.catalog, JdbcCatalog):
-                self.catalog.create_database(name, properties=properties)
+            _refuse_audit_keys(properties)
+            if isinstance(self.catalog, JdbcCatalog):
+                now = str(_now_millis())
+                self.catalog.create_database(name, properties={**properties, CREATED_AT: now, UPDATED_AT: now})
             elif properties:
                 raise bad_request(f"create database {name}: this catalog keeps no database options")
             else:
@@ -191,7 +193,10 @@ class PaimonRestCatalog:
         properties = getattr(self.catalog, "database_properties", None)
         options = dict(properties(name)) if callable(properties) else {}
         location = options.pop("location", None) or self._database_location(name)
-        return {"id": name, "name": name, "location": location, "options": options}
+        created, updated = (_millis(options.pop(key, None)) for key in (CREATED_AT, UPDATED_AT))
+        return {"id": name, "name": name, "location": location, "options": options, "owner": self.owner,
+                "createdAt": created, "createdBy": self.owner, "updatedAt": updated or created,
+                "updatedBy": self.owner}
 
     def _database_location(self, name: str) -> str:
         path = getattr(self.catalog, "database_path", None)
@@ -204,10 +209,12 @@ class PaimonRestCatalog:
         updates = string_map(request.get("updates"), "updates")
         if "location" in updates or "location" in removals:
             raise bad_request("a database's location cannot be changed")
+        _refuse_audit_keys({**updates, **dict.fromkeys(removals, "")})
         from strata_platform.paimon_rest.relocate import alter_database_properties
 
         with client_errors(DATABASE, name):
-            missing = alter_database_properties(self.catalog, name, updates, removals)
+            missing = alter_database_properties(self.catalog, name, {**updates, UPDATED_AT: str(_now_millis())},
+                                                removals)
         return {"removed": [k for k in removals if k not in missing], "updated": list(updates), "missing": missing}
 
     def drop_database(self, name: str) -> None:
@@ -316,7 +323,7 @@ class PaimonRestCatalog:
         if self.token_options is None:
             raise RestError(501, "this catalog does not vend data tokens: give the client its own s3.* options")
         return {"token": dict(self.token_options),
-                "expiresAtMillis": int(time.time() * 1000) + self.token_seconds * 1000}
+                "expiresAtMillis": _now_millis() + self.token_seconds * 1000}
 
     # -- snapshots ------------------------------------------------------------------------------------
     def latest_snapshot(self, database: str, name: str) -> dict[str, Any]:
@@ -630,6 +637,29 @@ def table_id(table: Table) -> str:
     """A table's id: stable while it exists, new when a table of the same name is created again
     (derived from its path and the creation time in schema-0)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{table.path}#{created_millis(table)}"))
+
+
+# a database's audit times, kept among its properties (the JDBC catalog's) and shown as the
+# GetDatabaseResponse's createdAt and updatedAt, not as options
+CREATED_AT, UPDATED_AT = "strata.rest.created-at", "strata.rest.updated-at"
+
+
+def _refuse_audit_keys(properties: Mapping[str, str]) -> None:
+    reserved = sorted(k for k in properties if k in (CREATED_AT, UPDATED_AT))
+    if reserved:
+        raise bad_request(f"database options {reserved} are the catalog's own audit fields")
+
+
+def _millis(value: str | None) -> int:
+    """An audit time kept as text (0 for a database created before they were kept)."""
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
+def _now_millis() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def created_millis(table: Table) -> int:
