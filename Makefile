@@ -97,7 +97,7 @@ test-integration: $(STAMP) ## Integration tests only, as make test runs them (pr
 BENCH_SERVICES := minio postgres kafka iceberg_rest trino
 
 bench: $(STAMP) ## Benchmarks vs raw pyarrow, incl. MinIO/Kafka/Spark ones; writes build/bench.json (ONLY=W1,W3 for a subset)
-	$(SERVICES_CLI) install $(BENCH_SERVICES)
+	$(SERVICES_CLI) install $(BENCH_SERVICES) paimon_java
 	$(SERVICES_CLI) run $(BENCH_SERVICES) -- $(PY) -m strata.bench --out build/bench.json $(if $(ONLY),--only $(ONLY),)
 
 bench-report: $(STAMP) ## The benchmark page's results and plots (docs/benchmarks) from build/bench.json

@@ -497,3 +497,25 @@ def test_two_java_writers_and_pypaimon_commit_at_once(rest: Service, catalog: Ca
         server.shutdown()
         server.server_close()
         served.close()
+
+
+def test_bench_entries_run_end_to_end(rest: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PAIMON_REST and PAIMON_REST_SNAPSHOT at a tiny scale (no timing checks): both sides commit
+    every row, on MinIO and on local disk, and the snapshot calls answer the latest snapshot."""
+    from strata.bench import main as bench
+    from strata_platform.services.minio import MinioService
+
+    for key, value in MinioService().client_env().items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "bench.json"
+    code = bench(["--out", str(out), "--only", "PAIMON_REST,PAIMON_REST_SNAPSHOT", "--scale", "0.05",
+                  "--work-dir", str(tmp_path / "work"), "--quiet"])
+    report = json.loads(out.read_text())
+    assert code == 0 and not report["skipped"], report
+    rows = {r["workload"]: r for r in report["results"]}
+    commits = rows["PAIMON_REST"]
+    assert commits["verified"] is True and commits["rounds"] >= 2
+    for key in ("ratio", "value", "reference", "local_ratio", "local_ms"):
+        assert isinstance(commits[key], float) and commits[key] > 0, key
+    gets = rows["PAIMON_REST_SNAPSHOT"]
+    assert gets["snapshots"] == 50 and gets["calls"] == 50 and 0 < gets["p50_ms"] <= gets["p99_ms"]

@@ -670,13 +670,19 @@ def test_a_rename_that_would_copy_files_is_not_implemented(server: JsonServer[An
 # -- snapshot and partition answers from the commits' statistics (defect: manifests read on every call) --
 
 class CountingFileIO(LocalFileIO):
-    """Local storage that counts the reads of manifest lists and manifests."""
+    """Local storage that counts the reads of manifest lists and manifests, and of schemas."""
 
     manifest_reads = 0
+    schema_reads = 0
 
     def read_bytes(self, path: str) -> bytes:
         self.manifest_reads += "/manifest/" in path
+        self.schema_reads += "/schema/" in path
         return super().read_bytes(path)
+
+    def list_status(self, path: str) -> Any:
+        self.schema_reads += path.rstrip("/").endswith("/schema")
+        return super().list_status(path)
 
     def open_input_file(self, path: str) -> pa.NativeFile:
         self.manifest_reads += "/manifest/" in path
@@ -715,8 +721,9 @@ def test_snapshot_and_partitions_are_answered_without_reading_manifests(tmp_path
         body = {**_snapshot_to_commit_as_is(table, latest), "statistics": _partition_deltas(table, latest)}
         assert call(server, "POST", COMMIT, body) == (200, {"success": True})
         DECODED_MANIFESTS.clear()
-        file_io.manifest_reads = 0
+        file_io.manifest_reads = file_io.schema_reads = 0
         status, snapshot = call(server, "GET", f"{API}/databases/db/tables/t/snapshot")
+        assert file_io.schema_reads == 0  # nor the table's schema: its snapshot files alone
         status_p, partitions = call(server, "GET", f"{API}/databases/db/tables/t/partitions")
         assert file_io.manifest_reads == 0
         assert (status, status_p) == (200, 200)

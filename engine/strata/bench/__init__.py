@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -37,17 +38,29 @@ EXTENSIONS = ("compaction", "deletion_vectors", "spark_stream", "log_store", "lo
               "cold_read", "trino", "dynamic_bucket", "tpch", "python_stack")
 
 
-def extension_workloads() -> dict[str, Workload]:
-    found: dict[str, Workload] = {}
+EXTENDED: dict[str, Workload] = {}
+WORKLOADS: list[str] = list(CORE_WORKLOADS)  # every workload's name, in report order
+
+
+def register(workloads: dict[str, Workload]) -> None:
+    """Add workloads to the runner's, after those already known."""
+    EXTENDED.update(workloads)
+    WORKLOADS.extend(name for name in workloads if name not in WORKLOADS)
+
+
+def _load_extensions() -> None:
+    """The workloads of EXTENSIONS, then the modules other installed packages name under the
+    ``strata.bench`` entry point group (the platform's services), which register their own when
+    imported (also when one of them is imported first and imports this package)."""
     for name in EXTENSIONS:
         module_name = f"{__name__}.{name}"
         if importlib.util.find_spec(module_name) is not None:
-            found.update(importlib.import_module(module_name).WORKLOADS)
-    return found
+            register(importlib.import_module(module_name).WORKLOADS)
+    for entry in sorted(importlib.metadata.entry_points(group="strata.bench"), key=lambda e: e.name):
+        entry.load()
 
 
-EXTENDED = extension_workloads()
-WORKLOADS = (*CORE_WORKLOADS, *EXTENDED)
+_load_extensions()
 MINIO_WORKLOADS = ("MINIO_COMMIT", "W1_minio", "W3_minio")
 PARTS = ("strata", "reference")
 DESCRIPTIONS = {

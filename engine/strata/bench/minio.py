@@ -76,7 +76,7 @@ def _catalog(work_dir: str, prefix: str) -> strata.Catalog:
                                   "commit.lock-free": "false", "lock-check-max-sleep": "50 ms", **s3_options()})
 
 
-def _run_prefix(name: str) -> str:
+def run_prefix(name: str) -> str:
     return f"strata-bench/{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
@@ -109,7 +109,7 @@ def _latency_result(latencies_ms: list[float], cpu_ms: list[float]) -> dict[str,
 def commit_strata(work_dir: str, scale: float) -> dict[str, Any]:
     batches = _small_batches()
     _warm_up(work_dir)
-    prefix = _run_prefix("commit")
+    prefix = run_prefix("commit")
     try:
         catalog = _catalog(work_dir, prefix)
         catalog.create_database("bench")
@@ -133,7 +133,7 @@ def commit_reference(work_dir: str, scale: float) -> dict[str, Any]:
     batches = _small_batches()
     _warm_up(work_dir)
     fs = _arrow_s3()
-    prefix = _run_prefix("commit-ref")
+    prefix = run_prefix("commit-ref")
     try:
         walls, cpus = [], []
         for i, batch in enumerate(batches):
@@ -154,7 +154,7 @@ def commit_reference(work_dir: str, scale: float) -> dict[str, Any]:
 def w1_strata(work_dir: str, scale: float) -> dict[str, Any]:
     chunks = gen.w1_chunks(scale)
     _warm_up(work_dir)
-    prefix = _run_prefix("w1")
+    prefix = run_prefix("w1")
     try:
         catalog = _catalog(work_dir, prefix)
         catalog.create_database("bench")
@@ -177,7 +177,7 @@ def w1_reference(work_dir: str, scale: float) -> dict[str, Any]:
     chunks = gen.w1_chunks(scale)
     _warm_up(work_dir)
     fs = _arrow_s3()
-    prefix = _run_prefix("w1-ref")
+    prefix = run_prefix("w1-ref")
     try:
         pq.write_table(chunks[0].slice(0, 10), f"{bucket()}/{prefix}/warm.parquet", filesystem=fs)
         with Timer() as timer:
@@ -195,7 +195,7 @@ def w1_reference(work_dir: str, scale: float) -> dict[str, Any]:
 def w3_strata(work_dir: str, scale: float) -> dict[str, Any]:
     upserts = gen.w2_data(scale)
     _warm_up(work_dir)
-    prefix = _run_prefix("w3")
+    prefix = run_prefix("w3")
     try:
         catalog = _catalog(work_dir, prefix)
         catalog.create_database("bench")
@@ -219,7 +219,7 @@ def w3_reference(work_dir: str, scale: float) -> dict[str, Any]:
     _warm_up(work_dir)
     final = gen.final_rows(upserts)
     fs = _arrow_s3()
-    prefix = _run_prefix("w3-ref")
+    prefix = run_prefix("w3-ref")
     try:
         per = -(-final.num_rows // gen.COMMITS)
         files = [f"{bucket()}/{prefix}/part-{i:02d}.parquet" for i in range(gen.COMMITS)]

@@ -42,7 +42,7 @@ from strata.schema.evolution import SchemaChangeError
 from strata.schema.table_schema import TableSchema
 from strata.schema.types import DataField
 from strata.snapshot.snapshot import Snapshot
-from strata.snapshot.snapshot_manager import NothingPublishedError
+from strata.snapshot.snapshot_manager import NothingPublishedError, SnapshotManager
 from strata.table.table import Table
 from strata_platform.paimon_rest import changes as schema_changes
 from strata_platform.paimon_rest import statistics
@@ -247,6 +247,19 @@ class PaimonRestCatalog:
             names.check_object_name(name)
             return self.catalog.get_table(Identifier(database, name))
 
+    def _registered_path(self, database: str, name: str) -> str | None:
+        """The directory of main table `name` of the JDBC catalog, from its rows alone; None for a
+        branch, a system table or another catalog (loaded as a table instead)."""
+        if not isinstance(self.catalog, JdbcCatalog) or "$" in name:
+            return None
+        self.database(database)
+        ident = Identifier(database, name)
+        with client_errors(TABLE, f"{database}.{name}"):
+            names.check_object_name(name)
+            if not self.catalog._registered(ident):
+                raise TableNotFoundError(f"table {ident} does not exist")
+            return self.catalog.table_path(ident)
+
     def get_table(self, database: str, name: str) -> dict[str, Any]:
         table = self.table(database, name)
         if not isinstance(table, Table):
@@ -327,6 +340,15 @@ class PaimonRestCatalog:
 
     # -- snapshots ------------------------------------------------------------------------------------
     def latest_snapshot(self, database: str, name: str) -> dict[str, Any]:
+        """The latest snapshot with its kept sums. Clients ask on every commit try, scan and poll:
+        a main table whose sums are kept is answered from its snapshot files alone (its schema is
+        not loaded, a round trip or two to the object store)."""
+        path = self._registered_path(database, name)
+        if path is not None:
+            latest = SnapshotManager(self.catalog.file_io, path).latest()
+            sums = None if latest is None else self.statistics.known(path, latest)
+            if latest is not None and sums is not None:
+                return {"snapshot": table_snapshot(latest, sums)}
         table = self.table(database, name)
         latest = table.snapshot_manager.latest()
         if latest is None:

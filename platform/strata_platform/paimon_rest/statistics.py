@@ -158,6 +158,11 @@ class StatisticsStore:
         if identity(parent) == known.identity:
             self._put(table.path, known.after(snapshot, deltas))
 
+    def known(self, path: str, snapshot: Snapshot) -> SnapshotSums | None:
+        """The kept sums of `snapshot` of the table at `path`, or None (not kept: `of` computes them)."""
+        kept = self._get(path)
+        return kept if kept is not None and kept.identity == identity(snapshot) else None
+
     def of(self, table: Table, snapshot: Snapshot) -> SnapshotSums:
         """The sums of `snapshot`: kept, or computed from its manifests and kept."""
         known = self._get(table.path)
