@@ -193,3 +193,17 @@ def test_waiting_for_a_background_job_says_what_it_is_doing(tmp_path: Path) -> N
     assert waited.returncode == 0, waited.stdout + waited.stderr
     assert re.search(r"services-install: still running after \dm\d\ds; last: installing minio", waited.stdout), \
         waited.stdout
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="the kernel schedules without autogroups")
+def test_a_background_job_takes_the_lowest_cpu_share_of_its_session(tmp_path: Path) -> None:
+    """A job runs in a session of its own, and Linux shares the CPU between sessions before nice
+    values count: the job's session (its autogroup) must be at nice 19, not only its process."""
+    env = {**os.environ, "STRATA_TEST_RUN_DIR": str(tmp_path)}
+    script = "print(open('/proc/self/autogroup').read().split()[-1])"
+    subprocess.run([sys.executable, "-m", "strata_platform.test_run", "spawn", "shares", sys.executable, "-c", script],
+                   env=env, check=True, timeout=60)
+    waited = subprocess.run([sys.executable, "-m", "strata_platform.test_run", "wait", "shares"], env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert waited.returncode == 0, waited.stdout
+    assert (tmp_path / "shares.log").read_text().split()[-1] == "19"
