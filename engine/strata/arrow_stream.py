@@ -108,3 +108,23 @@ class ArrowScan:
 
     def __repr__(self) -> str:
         return f"ArrowScan({self.store.identifier}, columns={self.read.columns}, filter={self.read.filter})"
+
+
+def native_files(planned: ArrowScan) -> list[tuple[str, int]] | None:
+    """The data files of the plan (path, row count) when an engine's own Parquet reader can read
+    them as they are: files of an append table on local disk, all written under the scan's
+    schema (same names and types), whole (not a column subset), Parquet, with no deletion
+    vectors. Else None: Strata reads them (a merge, a deletion vector, an older schema, an
+    object store's settings to carry over)."""
+    if planned.store.file_io.is_object_store or planned.read.schema.primary_keys:
+        return None
+    schema_id = planned.read.schema.id
+    files = []
+    for split in planned.splits:
+        if split.deletion_files is not None or split.row_kinds:
+            return None
+        for f in split.files:
+            if f.schema_id != schema_id or f.write_cols is not None or not f.file_name.endswith(".parquet"):
+                return None
+            files.append((split.file_path(f), f.row_count))
+    return files

@@ -18,6 +18,7 @@ by DuckDB's expression only (NaN compares differently in Strata's statistics).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from strata.arrow_stream import ArrowScan, TableLike
+from strata.arrow_stream import ArrowScan, TableLike, native_files
 from strata.errors import FilterError
 from strata.expressions import Leaf, Predicate, all_of
 from strata.expressions.literals import bind
@@ -36,20 +37,53 @@ if TYPE_CHECKING:
 
 _COMPARISONS = {"equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le", "greater": "gt",
                 "greater_equal": "ge"}
+NATIVE_MAX_FILES = 1_000  # a view over read_parquet reads each file's footer at every query
 _FLIPPED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 
 
 def register(table: TableLike, con: duckdb.DuckDBPyConnection | None = None, name: str | None = None,
-             snapshot_id: int | None = None, tag: str | None = None) -> duckdb.DuckDBPyConnection:
+             snapshot_id: int | None = None, tag: str | None = None, native: bool = True
+             ) -> duckdb.DuckDBPyConnection:
     """Register `table` as `name` (default: the table's name) in `con` (default: a new in-memory
-    connection), pinned to `snapshot_id`, `tag`, else the latest snapshot now; returns `con`."""
+    connection), pinned to `snapshot_id`, `tag`, else the latest snapshot now; returns `con`.
+
+    The files of a local append table written under its current schema (``strata.arrow_stream.
+    native_files``), up to NATIVE_MAX_FILES of them, become a view over DuckDB's own
+    ``read_parquet``: DuckDB's parallel reader, its filters and LIMIT applied by itself, pruning
+    row groups by their statistics (it reads every file's footer, hence the bound). Any other
+    table, or any with `native` false, is the pyarrow dataset of the module's docs, pruned by
+    Strata's plan."""
     import duckdb
 
     con = con if con is not None else duckdb.connect()
     if snapshot_id is None and tag is None:
         snapshot_id = table.snapshot_manager.latest_id()
-    con.register(name or table.identifier.table, strata_dataset(table, snapshot_id, tag))
+    name = name or table.identifier.table
+    with contextlib.suppress(duckdb.Error):  # a view or a dataset of that name is replaced
+        con.unregister(name)
+    with contextlib.suppress(duckdb.Error):
+        con.execute(f"DROP VIEW IF EXISTS {_identifier(name)}")
+    planned = ArrowScan(table, snapshot_id=snapshot_id, tag=tag)
+    files = native_files(planned) if native else None
+    if files and len(files) <= NATIVE_MAX_FILES:
+        # the types the Arrow scan gives (DuckDB reads a TIMESTAMP_MS file column as TIMESTAMP)
+        types = con.from_arrow(planned.schema.empty_table()).types
+        columns = ", ".join(f"CAST({_identifier(n)} AS {t}) AS {_identifier(n)}"
+                            for n, t in zip(planned.schema.names, types, strict=True))
+        paths = ", ".join(_literal(path) for path, _ in files)
+        con.execute(f"CREATE TEMP VIEW {_identifier(name)} AS SELECT {columns} FROM "
+                    f"read_parquet([{paths}], hive_partitioning = false)")
+    else:
+        con.register(name, strata_dataset(table, snapshot_id, tag))
     return con
+
+
+def _identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def strata_dataset(table: TableLike, snapshot_id: int | None = None, tag: str | None = None) -> ds.Dataset:

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from strata.arrow_stream import ArrowScan, TableLike
+from strata.arrow_stream import ArrowScan, TableLike, native_files
 from strata.errors import FilterError
 from strata.expressions import Leaf, Predicate, all_of
 from strata.expressions.literals import bind
+from strata.scan.planner import DataSplit
 
 if TYPE_CHECKING:
     import polars as pl
@@ -55,15 +56,50 @@ def scan(table: TableLike, snapshot_id: int | None = None, tag: str | None = Non
     def source(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
                batch_size: int | None) -> Iterator[pl.DataFrame]:
         pushed, whole = translate(predicate, table.schema)
+        planned = ArrowScan(table, None, pushed, snapshot_id, tag)
+        files = native_files(planned)
+        if files is not None:  # Polars reads the files the plan kept itself, predicate and all
+            if predicate is None and n_rows is not None:
+                files = _enough(files, n_rows)
+            return _native_frames([path for path, _ in files], with_columns or schema.names, predicate, n_rows,
+                                  empty.schema)
+        splits = planned.splits  # the same snapshot and filter: the reads below take this plan
         if whole:  # Strata's read selects exactly the predicate's rows: no second pass
             read = ArrowScan(table, with_columns, pushed, snapshot_id, tag, limit=n_rows)
-            return _frames(read, with_columns, None, n_rows)
+            return _frames(read, splits, with_columns, None, n_rows)
         read = ArrowScan(table, _needed(with_columns, predicate, schema.names), pushed, snapshot_id, tag,
                          limit=n_rows if predicate is None else None)
-        return _frames(read, with_columns, predicate, n_rows)
+        return _frames(read, splits, with_columns, predicate, n_rows)
 
     return register_io_source(source, schema=empty.schema, explain_name="strata",
                               explain_detail=f"{table.identifier} snapshot={snapshot_id} tag={tag}")
+
+
+def _enough(files: list[tuple[str, int]], n_rows: int) -> list[tuple[str, int]]:
+    """The first files that hold `n_rows` rows (a row limit without a predicate)."""
+    total = 0
+    for i, (_, rows) in enumerate(files):
+        if total >= n_rows:
+            return files[:i]
+        total += rows
+    return files
+
+
+def _native_frames(paths: list[str], columns: Sequence[str], predicate: pl.Expr | None, n_rows: int | None,
+                   schema: pl.Schema) -> Iterator[pl.DataFrame]:
+    """The files through Polars' own Parquet reader (parallel, its predicate fused with the
+    read), batch by batch, cast to the scan's declared types."""
+    import polars as pl
+
+    if not paths:
+        return
+    frame = pl.scan_parquet(paths, hive_partitioning=False, glob=False, extra_columns="ignore")
+    if predicate is not None:
+        frame = frame.filter(predicate)
+    frame = frame.select(pl.col(n).cast(schema[n]) for n in columns)
+    if n_rows is not None:
+        frame = frame.head(n_rows)
+    yield from frame.collect_batches()
 
 
 def _needed(with_columns: list[str] | None, predicate: pl.Expr | None, names: Sequence[str]) -> list[str] | None:
@@ -74,12 +110,12 @@ def _needed(with_columns: list[str] | None, predicate: pl.Expr | None, names: Se
     return [n for n in names if n in wanted]
 
 
-def _frames(read: ArrowScan, with_columns: list[str] | None, predicate: pl.Expr | None,
-            n_rows: int | None) -> Iterator[pl.DataFrame]:
+def _frames(read: ArrowScan, splits: Sequence[DataSplit], with_columns: list[str] | None,
+            predicate: pl.Expr | None, n_rows: int | None) -> Iterator[pl.DataFrame]:
     import polars as pl
 
     left = n_rows
-    for batch in read.to_batches():
+    for batch in read.to_batches(splits):
         frame = pl.from_arrow(batch)
         assert isinstance(frame, pl.DataFrame)
         if predicate is not None:

@@ -254,12 +254,14 @@ class Table:
         return frame.select(list(columns)) if columns is not None else frame
 
     def to_duckdb(self, con: duckdb.DuckDBPyConnection | None = None, name: str | None = None,
-                  snapshot_id: int | None = None, tag: str | None = None) -> duckdb.DuckDBPyConnection:
+                  snapshot_id: int | None = None, tag: str | None = None,
+                  native: bool = True) -> duckdb.DuckDBPyConnection:
         """Register the table as view `name` (default: the table's name) of `con` (default: a new
-        in-memory connection); SQL on it streams batches with pushdown (strata.duckdb)."""
+        in-memory connection); SQL on it streams batches with pushdown, or reads the files with
+        DuckDB's own reader where it can (`native`: strata.duckdb.register)."""
         from strata.duckdb import register
 
-        return register(self, con, name, snapshot_id, tag)
+        return register(self, con, name, snapshot_id, tag, native)
 
     def stream(self, from_snapshot: int | None = None, consumer_id: str | None = None,
                columns: Sequence[str] | None = None, poll_interval: float = 1.0,

@@ -39,7 +39,7 @@ def test_a_filter_strata_takes_whole_is_applied_once(catalog: strata.Catalog, ki
     table = make_table(catalog, kind)
     predicate = (col("k") >= 40) & col("v").is_not_null() & (col("dt") != "2024-01-01")
     expected = sorted_rows(table.to_arrow(columns=["id", "k", "v"], filter=predicate))
-    got = table.to_duckdb(name="t").sql(
+    got = table.to_duckdb(name="t", native=False).sql(
         "SELECT id, k, v FROM t WHERE k >= 40 AND v IS NOT NULL AND dt <> '2024-01-01' ORDER BY id").to_arrow_table()
     assert expected.num_rows > 0 and got.cast(expected.schema).equals(expected)
     assert second_filters == [None]
@@ -51,7 +51,7 @@ def test_a_filter_strata_takes_in_part_is_applied_whole_to_the_rows_read(catalog
     table = make_table(catalog, kind)
     # DuckDB hands over both; a float comparison has no Strata form (NaN orders otherwise there)
     expected = sorted_rows(table.to_arrow(columns=["id", "k", "v"], filter=(col("k") >= 40) & (col("x") < 1000.0)))
-    got = table.to_duckdb(name="t").sql(
+    got = table.to_duckdb(name="t", native=False).sql(
         "SELECT id, k, v FROM t WHERE k >= 40 AND x < 1000.0 ORDER BY id").to_arrow_table()
     everything = table.to_arrow(columns=["id"], filter=col("k") >= 40)
     assert 0 < expected.num_rows < everything.num_rows  # the float conjunct drops rows

@@ -21,13 +21,13 @@ def test_in_lists_answer_as_duckdb_over_the_rows(table: strata.Table, condition:
     plain = duckdb.connect()
     plain.register("t", table.to_arrow())
     expected = plain.sql(query).fetchall()
-    assert table.to_duckdb(name="t").sql(query).fetchall() == expected
+    assert table.to_duckdb(name="t", native=False).sql(query).fetchall() == expected
 
 
 def test_an_in_list_prunes_files(table: strata.Table, files_opened: list[str]) -> None:
     """ids grow with each commit: ids 5 and 6 live in the first commit's files only."""
     all_files = sum(len(s.files) for s in ArrowScan(table).plan().splits)
-    got = table.to_duckdb(name="t").sql("SELECT id FROM t WHERE id IN (5, 6) ORDER BY id").fetchall()
+    got = table.to_duckdb(name="t", native=False).sql("SELECT id FROM t WHERE id IN (5, 6) ORDER BY id").fetchall()
     assert got == [(5,), (6,)]
     assert 0 < len(files_opened) < all_files
 
@@ -37,6 +37,6 @@ def test_an_in_list_prunes_partitions(table: strata.Table, files_opened: list[st
         pytest.skip("an unpartitioned table has no partition to prune")
     expected = table.to_arrow(columns=["dt"]).column("dt").to_pylist().count("2024-01-02")
     files_opened.clear()
-    count = table.to_duckdb(name="t").sql("SELECT count(*) FROM t WHERE dt IN ('2024-01-02')").fetchall()
+    count = table.to_duckdb(name="t", native=False).sql("SELECT count(*) FROM t WHERE dt IN ('2024-01-02')").fetchall()
     assert count == [(expected,)]
     assert files_opened and all("dt=2024-01-02" in p for p in files_opened)

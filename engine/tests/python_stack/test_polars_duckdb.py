@@ -60,7 +60,7 @@ def test_polars_and_duckdb_prune_files_by_a_data_filter(table: strata.Table, fil
     table.to_polars(lazy=True).filter(pl.col("id") < 100).collect()
     by_polars = len(files_opened)
     files_opened.clear()
-    table.to_duckdb(name="t").sql("SELECT * FROM t WHERE id < 100").fetchall()
+    table.to_duckdb(name="t", native=False).sql("SELECT * FROM t WHERE id < 100").fetchall()
     by_duckdb = len(files_opened)
     assert 0 < by_polars < all_files and 0 < by_duckdb < all_files
 
@@ -71,7 +71,7 @@ def test_polars_and_duckdb_prune_partitions(table: strata.Table, files_opened: l
     table.to_polars(lazy=True).filter(pl.col("dt") == "2024-01-02").collect()
     opened = set(files_opened)
     files_opened.clear()
-    table.to_duckdb(name="t").sql("SELECT count(*) FROM t WHERE dt = '2024-01-02'").fetchall()
+    table.to_duckdb(name="t", native=False).sql("SELECT count(*) FROM t WHERE dt = '2024-01-02'").fetchall()
     assert opened and all("dt=2024-01-02" in p for p in opened)
     assert files_opened and all("dt=2024-01-02" in p for p in files_opened)
 
