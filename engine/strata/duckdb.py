@@ -3,7 +3,9 @@
     con = table.to_duckdb(name="orders")        # or strata.duckdb.register(table, con, "orders")
     con.sql("SELECT dt, sum(price) FROM orders WHERE id > 100 GROUP BY dt")
 
-The table is registered as a pyarrow dataset whose ``scanner(columns, filter)`` DuckDB calls with
+A local append table whose files need no merge and no mapping is a view over DuckDB's own
+``read_parquet`` of them (``register``). Any other table is registered as a pyarrow dataset
+whose ``scanner(columns, filter)`` DuckDB calls with
 the columns a query needs and the filters it pushes into table scans (comparisons of a column
 with a constant, IN lists (``if_else(is_valid(k), is_in(k, ...), null)``: NULL for a NULL k, as
 SQL's), IS [NOT] NULL, and AND/OR/NOT of them). The columns become Strata's

@@ -11,6 +11,10 @@ Strata's read applies to every row. A predicate that translated whole is not eva
 (the row limit then goes into the scan too); one with a part Strata cannot take is applied whole
 by Polars to the rows read, so the answer is always Polars' own. Float columns are left to
 Polars (NaN compares differently there).
+
+When the planned files need no merge and no mapping (``strata.arrow_stream.native_files``: a
+local append table's whole files of its current schema), Polars' own Parquet reader reads them,
+the whole predicate fused into its scan; Strata's plan still prunes partitions and files.
 """
 
 from __future__ import annotations
