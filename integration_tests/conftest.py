@@ -308,8 +308,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(_group(item)))
     order = {group: rank for rank, group in enumerate(LONGEST_FIRST)}
     order.update({group: len(LONGEST_FIRST) + 1 + rank for rank, group in enumerate(LAST)})
+    # while the background builds run, a group that waits for them goes last: it would hold its
+    # worker idle (on a bare machine the builds outlast the engine tests by minutes)
+    from strata_platform import test_run
 
-    def rank(indexed: tuple[int, pytest.Item]) -> tuple[int, int]:
-        return order.get(_group(indexed[1]), len(LONGEST_FIRST)), indexed[0]
+    waiting = {_GROUP_OF.get(m, m) for m in NEEDS_BACKGROUND_BUILDS} if test_run.jobs_running() else set()
+
+    def rank(indexed: tuple[int, pytest.Item]) -> tuple[bool, int, int]:
+        group = _group(indexed[1])
+        return group in waiting, order.get(group, len(LONGEST_FIRST)), indexed[0]
 
     items[:] = [item for _, item in sorted(enumerate(items), key=rank)]

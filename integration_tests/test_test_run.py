@@ -207,3 +207,25 @@ def test_a_background_job_takes_the_lowest_cpu_share_of_its_session(tmp_path: Pa
                             capture_output=True, text=True, timeout=120, check=False)
     assert waited.returncode == 0, waited.stdout
     assert (tmp_path / "shares.log").read_text().split()[-1] == "19"
+
+
+def test_groups_that_wait_for_running_builds_are_handed_out_last(tmp_path: Path) -> None:
+    """The containers group is the longest and goes first, unless the background builds it waits
+    for still run: then every other group goes first, so that no worker sits idle waiting."""
+    env = {**os.environ, "STRATA_TEST_RUN_DIR": str(tmp_path)}
+    modules = [str(HERE / name) for name in ("test_serve.py", "test_compose.py")]
+
+    def collected() -> list[str]:
+        listing = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                  *modules], env=env, capture_output=True, text=True, timeout=120, check=False)
+        return [line.split("::")[0].rsplit("/", 1)[-1] for line in listing.stdout.splitlines() if "::" in line]
+
+    assert collected()[0] == "test_compose.py"
+    subprocess.run([sys.executable, "-m", "strata_platform.test_run", "spawn", "builds", "sleep", "60"],
+                   env=env, check=True, timeout=60)
+    try:
+        order = collected()
+        assert order[0] == "test_serve.py" and order[-1] == "test_compose.py"
+    finally:
+        subprocess.run([sys.executable, "-m", "strata_platform.test_run", "stop", "builds"], env=env,
+                       check=False, timeout=60)

@@ -203,6 +203,17 @@ def spawned_jobs() -> list[str]:
     return sorted(path.stem for path in RUN_DIR.glob("*.pid")) if RUN_DIR.exists() else []
 
 
+def jobs_running() -> bool:
+    """Whether a background job of a run in progress is still at work."""
+    if (RUN_DIR / "summary.txt").exists():
+        return False
+    for name in spawned_jobs():
+        pid = job_pid(name)
+        if job_result(name) is None and pid is not None and _group_alive(pid):
+            return True
+    return False
+
+
 def wait_for_jobs() -> list[str]:
     """Wait for the background jobs of a run in progress (none once its summary is written: a test
     run after make test waits for nothing); return those that failed or ended without a status."""
