@@ -189,7 +189,8 @@ def test_a_database_has_audit_fields_not_options(server: JsonServer[Any]) -> Non
     assert status == 200 and got["options"] == {"team": "data"}
     assert got["owner"] == got["createdBy"] == got["updatedBy"] == "strata"
     assert before <= got["createdAt"] == got["updatedAt"] <= int(time.time() * 1000)
-    time.sleep(0.01)  # so that the update's millisecond is a later one
+    while int(time.time() * 1000) <= got["updatedAt"]:  # so that the update's millisecond is a later one
+        time.sleep(0.001)
     assert call(server, "POST", f"{API}/databases/audited", {"updates": {"team": "bi"}, "removals": []})[0] == 200
     status, altered = call(server, "GET", f"{API}/databases/audited")
     assert altered["options"] == {"team": "bi"} and altered["createdAt"] == got["createdAt"]

@@ -203,15 +203,15 @@ def spawned_jobs() -> list[str]:
     return sorted(path.stem for path in RUN_DIR.glob("*.pid")) if RUN_DIR.exists() else []
 
 
+def _at_work(name: str) -> bool:
+    """The job has no status yet and a process of its group lives."""
+    pid = job_pid(name)
+    return job_result(name) is None and pid is not None and _group_alive(pid)
+
+
 def jobs_running() -> bool:
     """Whether a background job of a run in progress is still at work."""
-    if (RUN_DIR / "summary.txt").exists():
-        return False
-    for name in spawned_jobs():
-        pid = job_pid(name)
-        if job_result(name) is None and pid is not None and _group_alive(pid):
-            return True
-    return False
+    return not (RUN_DIR / "summary.txt").exists() and any(_at_work(name) for name in spawned_jobs())
 
 
 def wait_for_jobs() -> list[str]:
@@ -221,8 +221,7 @@ def wait_for_jobs() -> list[str]:
         return []
     failed = []
     for name in spawned_jobs():
-        pid = job_pid(name)
-        while job_result(name) is None and pid is not None and _group_alive(pid):
+        while _at_work(name):
             time.sleep(1)
         result = job_result(name)
         if result is None or result["exitstatus"] != 0:

@@ -72,9 +72,9 @@ def commit_rounds(work_dir: str, scale: float, storage: str) -> PartResult:
     from strata_platform.services.paimon_java import JudgeSession
 
     rest_warehouse, fs_warehouse, s3 = _warehouses(work_dir, storage)
-    sqlite = f"sqlite:///{Path(work_dir).resolve()}/paimon-rest-{storage}.sqlite"
-    Path(sqlite[len("sqlite:///"):]).unlink(missing_ok=True)
-    catalog = JdbcCatalog(rest_warehouse, {"uri": sqlite, **s3})
+    database = Path(work_dir).resolve() / f"paimon-rest-{storage}.sqlite"
+    database.unlink(missing_ok=True)
+    catalog = JdbcCatalog(rest_warehouse, {"uri": f"sqlite:///{database}", **s3})
     server = start(PaimonRestCatalog(catalog, prefix=PREFIX), port=0, token=TOKEN)
     rest = {"metastore": "rest", "uri": f"http://127.0.0.1:{server.server_port}", "token.provider": "bear",
             "token": TOKEN, "warehouse": PREFIX, **s3, **({"s3.path.style.access": "true"} if s3 else {})}
@@ -162,11 +162,12 @@ def _gets_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
 
 def _unavailable() -> str | None:
     from strata.bench import minio
+    from strata_platform.services.base import ServiceError
     from strata_platform.services.spark import _java_major, java_version
 
     try:
         version = java_version()
-    except Exception as exc:  # no Java at all
+    except (ServiceError, OSError) as exc:  # no Java, or one that does not run
         return f"Java Paimon needs Java 17+ ({exc})"
     if _java_major(version) < 17:
         return f"Java Paimon needs Java 17+, found {version}"

@@ -165,8 +165,8 @@ class StatisticsStore:
 
     def of(self, table: Table, snapshot: Snapshot) -> SnapshotSums:
         """The sums of `snapshot`: kept, or computed from its manifests and kept."""
-        known = self._get(table.path)
-        if known is not None and known.identity == identity(snapshot):
+        known = self.known(table.path, snapshot)
+        if known is not None:
             return known
         sums = computed(table, snapshot)
         self._put(table.path, sums)
