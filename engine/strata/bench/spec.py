@@ -44,3 +44,5 @@ class Workload:
     unavailable: Callable[[], str | None] | None = None
     # further lines of the printed table: (metric, value) pairs taken from the summarized row
     extra_lines: tuple[tuple[str, str], ...] = field(default=())
+    # runs only when named in ``--only`` (a long run that a plain ``make bench`` leaves out)
+    opt_in: bool = False

@@ -25,6 +25,13 @@ TPCH_REFRESH  seconds per refresh round through Spark (RF1 + RF2 on orders and l
               beside it too, how long until Trino sees a round once Spark's commits are
               published (p99, no target).
 
+TPCH_SF1      TPC-H at SF 1 (``SF1_SCALE_FACTOR`` x ``--scale``), its own run, opt-in (only with
+              ``--only TPCH_SF1``: many minutes): the geometric mean of Trino on Strata / Trino
+              native after the load (``ratio``, the target's) and after the refresh rounds
+              (``ratio_after_refresh``), the worst query of either, the load's seconds. Spark
+              runs the queries once after the load (its results are compared), without the
+              plain-Parquet and format("strata") references.
+
 Needs the platform package (``strata_platform``) and MinIO, PostgreSQL, the Iceberg REST catalog
 and Trino running (``make bench`` starts them); skipped with a note otherwise.
 """
@@ -43,6 +50,7 @@ from typing import Any
 from strata.bench.spec import PartResult, Target, Workload
 
 BENCH_SCALE_FACTOR = 0.1
+SF1_SCALE_FACTOR = 1.0  # TPCH_SF1's, x --scale
 REFRESH_ROUNDS = 2  # timed rounds, after one warm-up round of each side
 REPEAT = 3  # timed rounds of each query after a warm-up, in alternating order on Trino; the fastest counts
 
@@ -76,10 +84,23 @@ def source_revision() -> str:
 
 
 def run_once(work_dir: str, scale: float) -> PartResult:
-    """The whole TPC-H run (cached in work_dir by scale factor and source revision: the four
-    entries share one run, and a run after a code change starts afresh)."""
-    scale_factor = round(BENCH_SCALE_FACTOR * scale, 4)
-    cache = os.path.join(work_dir, f"tpch-sf{scale_factor:g}-{source_revision()}.json")
+    """The whole TPC-H run at ``BENCH_SCALE_FACTOR`` x `scale`, shared by the four SF 0.1 entries."""
+    return run_tpch(work_dir, round(BENCH_SCALE_FACTOR * scale, 4))
+
+
+def run_sf1(work_dir: str, scale: float) -> PartResult:
+    """TPCH_SF1's run: SF 1 x `scale`, Trino's two catalogs only (Spark runs the queries once after
+    the load, to check its results, and is not timed against plain Parquet)."""
+    return run_tpch(work_dir, round(SF1_SCALE_FACTOR * scale, 4), spark_references=False)
+
+
+def run_tpch(work_dir: str, scale_factor: float, spark_references: bool = True) -> PartResult:
+    """One TPC-H run at `scale_factor` (cached in work_dir by scale factor, settings and source
+    revision: entries of one scale factor share one run, and a run after a code change starts
+    afresh). Without `spark_references`, Spark's plain-Parquet load and queries and its queries
+    through format("strata") are left out."""
+    suffix = "" if spark_references else "-trino"
+    cache = os.path.join(work_dir, f"tpch-sf{scale_factor:g}{suffix}-{source_revision()}.json")
     if os.path.exists(cache):
         with open(cache) as f:
             cached: PartResult = json.load(f)
@@ -92,13 +113,17 @@ def run_once(work_dir: str, scale: float) -> PartResult:
     result: PartResult = {"scale_factor": scale_factor}
     result["native_load_s"] = tpch.load_native()["total"]
     tpch.export_parquet()
-    result["parquet_load_s"] = tpch.load_parquet()["total"]  # Spark's own writer first: it warms the JVM alike
+    if spark_references:
+        result["parquet_load_s"] = tpch.load_parquet()["total"]  # Spark's own writer first: it warms the JVM alike
     result["strata_load_s"] = tpch.load_strata()["total"]
     result["rows"] = sum(count for count, _ in tpch.verify_load().values())
-    result["after_load"] = _seconds(tpch.run_all(repeat=REPEAT))
-    # the reference: the native tables' own Parquet files, on the same MinIO, through the same s3a
-    result["spark_parquet"] = {str(q): r.seconds for q, r in tpch.run_spark(source="parquet-s3", repeat=REPEAT).items()}
-    result["spark_python"] = {str(q): r.seconds for q, r in tpch.run_spark(source="strata-python").items()}
+    # the three engines' results are compared with Trino native's (run_all raises on a difference)
+    result["after_load"] = _seconds(tpch.run_all(repeat=REPEAT, spark_repeat=REPEAT if spark_references else 1))
+    if spark_references:
+        # the reference: the native tables' own Parquet files, on the same MinIO, through the same s3a
+        result["spark_parquet"] = {str(q): r.seconds
+                                   for q, r in tpch.run_spark(source="parquet-s3", repeat=REPEAT).items()}
+        result["spark_python"] = {str(q): r.seconds for q, r in tpch.run_spark(source="strata-python").items()}
     rounds = []
     for round_no in range(1, REFRESH_ROUNDS + 2):  # round 1 warms both sides (reported, not in the ratio)
         native = tpch.refresh_native(round_no)
@@ -134,6 +159,26 @@ def _trino_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
             "ratio": round(max(means.values()), 3), "ratio_after_load": round(means["after_load"], 3),
             "ratio_after_refresh": round(means["after_refresh"], 3),
             "worst_query": f"Q{worst} {phases[worst_phase][worst]:.2f}x ({worst_phase})",
+            "scale_factor": r["scale_factor"], "processes_peak_rss_mb": r["processes_peak_rss_mb"]}
+
+
+def _sf1_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
+    """TPCH_SF1's row: the geomean of Trino on Strata / Trino native after the load (``ratio``) and
+    after the refresh rounds, and the worst query of either phase with its ratio."""
+    r = parts["tpch_sf1"]
+    phases = {phase: _ratios(r[phase]["trino_strata"], r[phase]["trino_native"])
+              for phase in ("after_load", "after_refresh")}
+    worst_phase, worst = max(((phase, q) for phase, ratios in phases.items() for q in ratios),
+                             key=lambda pq: phases[pq[0]][pq[1]])
+    slow = {phase: {f"Q{q}": round(ratio, 2) for q, ratio in sorted(ratios.items(), key=lambda x: -x[1])
+                    if ratio > 1.1} for phase, ratios in phases.items()}
+    return {"value": round(_geomean(list(r["after_load"]["trino_strata"].values())), 3),
+            "reference": round(_geomean(list(r["after_load"]["trino_native"].values())), 3),
+            "ratio": round(_geomean(list(phases["after_load"].values())), 3),
+            "ratio_after_refresh": round(_geomean(list(phases["after_refresh"].values())), 3),
+            "worst_query": f"Q{worst} {phases[worst_phase][worst]:.2f}x ({worst_phase})",
+            "worst_query_ratio": round(phases[worst_phase][worst], 3), "slow_queries": slow,
+            "load": f"{r['strata_load_s']:.1f} s ({r['native_load_s']:.1f} s)",
             "scale_factor": r["scale_factor"], "processes_peak_rss_mb": r["processes_peak_rss_mb"]}
 
 
@@ -197,4 +242,13 @@ WORKLOADS = {
         unavailable=unavailable,
         extra_lines=(("Trino sees a round, p99 s (no target)", "visibility_p99_s"),
                      ("warm-up round, Strata vs Trino (no target)", "first_round"))),
+    "TPCH_SF1": Workload(
+        f"TPC-H SF {SF1_SCALE_FACTOR:g} x scale, {REFRESH_ROUNDS} refresh rounds: geomean of Trino on Strata / "
+        "Trino native over the 22 queries after the load (after the refresh beside it); warm, alternating, best of "
+        f"{REPEAT}; run only when named (make bench ONLY=TPCH_SF1)", Target("<=", 1.0), "ratio",
+        "geomean s Strata (Trino native); ratio after load", {"tpch_sf1": run_sf1}, _sf1_summary,
+        unavailable=unavailable, opt_in=True,
+        extra_lines=(("ratio after refresh", "ratio_after_refresh"), ("worst query", "worst_query"),
+                     ("queries above 1.1x", "slow_queries"),
+                     ("load, Spark into Strata (Trino CTAS)", "load"))),
 }

@@ -71,3 +71,30 @@ def test_trino_sides_are_warmed_then_timed_in_alternating_order() -> None:
     assert trino.calls == per_query * 2
     assert runs["trino_strata"][1].rows == [(1,)] and runs["trino_native"][1].rows == [(2,)]  # the warm-up's rows
     assert set(runs) == {"trino_strata", "trino_native"} and set(runs["trino_native"]) == {1, 6}
+
+
+def test_sf1_runs_only_when_named() -> None:
+    """TPCH_SF1 (many minutes) is left out of a plain run and runs when --only names it."""
+    from strata.bench import _selection
+
+    assert tpch.WORKLOADS["TPCH_SF1"].opt_in
+    assert "TPCH_SF1" not in _selection(None)
+    assert {"TPCH_TRINO", "W1"} <= set(_selection(None))
+    assert _selection("tpch_sf1") == ["TPCH_SF1"]
+    assert _selection("W1,TPCH_SF1") == ["W1", "TPCH_SF1"]
+
+
+def test_sf1_ratio_is_after_load_with_refresh_and_worst_query_beside_it(tmp_path) -> None:
+    workload = tpch.WORKLOADS["TPCH_SF1"]
+    phases = {"after_load": {"trino_strata": {"1": 2.0, "18": 4.0}, "trino_native": {"1": 2.0, "18": 1.0}},
+              "after_refresh": {"trino_strata": {"1": 1.0, "18": 2.0}, "trino_native": {"1": 1.0, "18": 1.0}}}
+    part = {**phases, "strata_load_s": 50.0, "native_load_s": 40.0, "scale_factor": 1.0,
+            "processes_peak_rss_mb": {}}
+    row = workload.summarize({"tpch_sf1": part})
+    assert workload.key == "ratio" and row["ratio"] == 2.0 and row["ratio_after_refresh"] == 1.414
+    assert row["worst_query"] == "Q18 4.00x (after_load)" and row["worst_query_ratio"] == 4.0
+    assert row["slow_queries"] == {"after_load": {"Q18": 4.0}, "after_refresh": {"Q18": 2.0}}
+    # its own cached run, apart from the SF 0.1 entries' run
+    planted = {"scale_factor": 1.0, "planted": True}
+    (tmp_path / f"tpch-sf1-trino-{tpch.source_revision()}.json").write_text(json.dumps(planted))
+    assert tpch.run_sf1(str(tmp_path), 1.0) == planted

@@ -356,12 +356,15 @@ class Tpch:
         return hadoop_options(self.rest.catalog().get_table(f"{self.database}.region"))
 
     def run_all(self, numbers: tuple[int, ...] = queries.QUERY_IDS, spark_cache: bool = False,
-                with_spark: bool = True, repeat: int = 1) -> dict[str, dict[int, QueryRun]]:
+                with_spark: bool = True, repeat: int = 1,
+                spark_repeat: int | None = None) -> dict[str, dict[int, QueryRun]]:
         """Every query on the three engines (on the two Trino ones without `with_spark`), each the
-        fastest of `repeat` runs; raises when a result differs from Trino native's."""
+        fastest of `repeat` runs (Spark's of `spark_repeat`, when given); raises when a result
+        differs from Trino native's."""
         runs = self.run_trino_pair(numbers, repeat)
         if with_spark:
-            runs["spark_strata"] = self.run_spark(numbers, cache=spark_cache, repeat=repeat)
+            runs["spark_strata"] = self.run_spark(numbers, cache=spark_cache,
+                                                  repeat=repeat if spark_repeat is None else spark_repeat)
         problems = [f"{engine}: {diff}" for engine in runs if engine != "trino_native" for number in numbers
                     if (diff := queries.difference(number, runs[engine][number].rows,
                                                    runs["trino_native"][number].rows))]
