@@ -41,13 +41,17 @@ def read_hashes(file_io: FileIO, table_path: str, entry: IndexManifestEntry) -> 
     return hashes
 
 
+def hash_index_entry(file_name: str, partition: bytes, bucket: int, count: int) -> IndexManifestEntry:
+    """The ADD entry of a HASH index file of `count` hashes (known before the file is written)."""
+    return IndexManifestEntry(FileKind.ADD, partition, bucket, INDEX_TYPE_HASH, file_name, 4 * count, count)
+
+
 def write_hash_index(file_io: FileIO, table_path: str, file_name: str, partition: bytes, bucket: int,
                      hashes: np.ndarray) -> IndexManifestEntry:
     """Write one bucket's hash codes as a new index file; its ADD entry."""
-    data = np.ascontiguousarray(hashes, dtype=_BIG_ENDIAN_INT32).tobytes()
-    path = f"{table_path.rstrip('/')}/index/{file_name}"
-    file_io.write_bytes(path, data)
-    frozen = np.asarray(hashes, dtype=np.int32).copy()
+    frozen = np.array(hashes, dtype=np.int32)  # a copy: the cache must not see the caller's array change
     frozen.flags.writeable = False
+    path = f"{table_path.rstrip('/')}/index/{file_name}"
+    file_io.write_bytes(path, frozen.astype(_BIG_ENDIAN_INT32).tobytes())
     _HASHES.put(path, frozen, frozen.nbytes)
-    return IndexManifestEntry(FileKind.ADD, partition, bucket, INDEX_TYPE_HASH, file_name, len(data), len(hashes))
+    return hash_index_entry(file_name, partition, bucket, len(frozen))

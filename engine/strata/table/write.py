@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,8 +16,8 @@ from strata.deletionvectors import BucketDeletionVectors
 from strata.errors import WriterClosedError
 from strata.format import binary_row
 from strata.format.bucket import bucket_ids, hash_rows
-from strata.index.bucket_assigner import DynamicBucketAssigner
-from strata.index.hash_index import read_hashes, write_hash_index
+from strata.index.bucket_assigner import DynamicBucketAssigner, HashClaim
+from strata.index.hash_index import hash_index_entry, read_hashes, write_hash_index
 from strata.io.data_file_reader import ColumnMapping, read_file
 from strata.io.data_file_writer import DataFileWriter, WriterConfig
 from strata.io.paths import PathFactory, partition_path
@@ -389,6 +389,7 @@ class TableWrite:
         full = self.full_compaction_every is not None and self.commits_prepared % self.full_compaction_every == 0
         if full:
             self.compact(full=True)
+        index_writes = self._start_hash_index_writes() if self.assigner is not None else []
         writers = list(self.writers.values())
         waits = any(w.waits_at_commit for w in writers)
         if not waits:
@@ -399,8 +400,8 @@ class TableWrite:
             messages = list(self._bucket_pool().map(lambda w: w.prepare_commit(wait_compaction), writers))
         else:
             messages = [w.prepare_commit(wait_compaction) for w in writers]
-        if self.assigner is not None:
-            messages = self._with_hash_index(messages)
+        if index_writes:
+            messages = self._with_hash_index(messages, index_writes)
         messages = [m for m in messages if not m.is_empty()]
         self.write_metrics.committed([w.compaction.manager.levels for w in self.writers.values()
                                       if isinstance(w, KeyValueBucketWriter) and w.compaction.manager])
@@ -428,22 +429,40 @@ class TableWrite:
             old.close()
             self._writer(partition, bucket).take_over(old)
 
-    def _with_hash_index(self, messages: list[CommitMessage]) -> list[CommitMessage]:
-        """Add the new HASH index files of the buckets that got new keys (and their claims)."""
+    def _start_hash_index_writes(self) -> list[tuple[bytes, int, list[IndexManifestEntry], HashClaim, Future[Any]]]:
+        """The new HASH index files of the buckets that got new keys, each written on the bucket
+        pool (a file holds every hash of its bucket; fsync and the byte swap release the GIL) while
+        the buckets flush; their entries and claims, known before the files are."""
         assert self.assigner is not None
-        by_bucket = {(m.partition, m.bucket): m for m in messages}
-        file_io, table_path = self.store.file_io, self.store.path
+        file_io, table_path, pool = self.store.file_io, self.store.path, self._bucket_pool()
+        out: list[tuple[bytes, int, list[IndexManifestEntry], HashClaim, Future[Any]]] = []
         for partition, index in self.assigner.partitions.items():
-            def write(bucket: int, hashes: np.ndarray, partition: bytes = partition) -> IndexManifestEntry:
-                return write_hash_index(file_io, table_path, self.paths.new_index_file_name(), partition,
-                                        bucket, hashes)
-            for bucket, changes, claim in index.prepare_commit(write):
-                message = by_bucket.get((partition, bucket))
-                if message is None:
-                    message = by_bucket[(partition, bucket)] = CommitMessage(partition, bucket, -1)
-                    messages.append(message)
-                message.index_changes.extend(changes)
-                message.hash_claims.append(claim)
+            started: list[Future[Any]] = []
+
+            def write(bucket: int, hashes: np.ndarray, partition: bytes = partition,
+                      started: list[Future[Any]] = started) -> IndexManifestEntry:
+                name = self.paths.new_index_file_name()
+                started.append(pool.submit(write_hash_index, file_io, table_path, name, partition, bucket, hashes))
+                return hash_index_entry(name, partition, bucket, len(hashes))
+
+            for (bucket, changes, claim), future in zip(index.prepare_commit(write), started, strict=True):
+                out.append((partition, bucket, changes, claim, future))
+        return out
+
+    @staticmethod
+    def _with_hash_index(messages: list[CommitMessage],
+                         writes: list[tuple[bytes, int, list[IndexManifestEntry], HashClaim, Future[Any]]]
+                         ) -> list[CommitMessage]:
+        """Add the new HASH index files (once written) and their claims to the buckets' messages."""
+        by_bucket = {(m.partition, m.bucket): m for m in messages}
+        for partition, bucket, changes, claim, written in writes:
+            written.result()
+            message = by_bucket.get((partition, bucket))
+            if message is None:
+                message = by_bucket[(partition, bucket)] = CommitMessage(partition, bucket, -1)
+                messages.append(message)
+            message.index_changes.extend(changes)
+            message.hash_claims.append(claim)
         return messages
 
     def _flush_all(self) -> None:
