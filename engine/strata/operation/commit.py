@@ -436,8 +436,11 @@ class FileStoreCommit:
         added = sum(e.file.row_count for e in entries if e.kind == FileKind.ADD)
         deleted = sum(e.file.row_count for e in entries if e.kind == FileKind.DELETE)
         kind = change.kind
-        if kind == CommitKind.APPEND and (deleted or change.index):
-            kind = CommitKind.OVERWRITE  # rows removed (files or deletion vectors): not a plain append
+        if kind == CommitKind.APPEND and (deleted or any(e.index_type != INDEX_TYPE_HASH for e in change.index)):
+            # rows removed (files or deletion vectors): not a plain append. A dynamic-bucket append
+            # replacing its buckets' HASH index files removes no row and stays an APPEND, as in
+            # Paimon, whose streaming readers (and Iceberg's incremental ones) skip overwrites
+            kind = CommitKind.OVERWRITE
         index_manifest = self._index_manifest(latest, change)
         total = (latest.total_record_count if latest else 0) + added - deleted
         if self.properties_hook is not None:

@@ -12,6 +12,7 @@ from dynamic_helpers import check_placement, hash_index, partition_row
 import strata
 from strata.errors import CommitConflictError, SchemaMismatchError
 from strata.format.bucket import hash_rows
+from strata.snapshot.snapshot import CommitKind
 
 SCHEMA = pa.schema([("dt", pa.string()), ("id", pa.int64()), ("v", pa.int64())])
 TARGET = 40
@@ -75,6 +76,10 @@ def test_streaming_writer_commits_repeatedly(catalog):
     sizes = sorted(len(h) for h in hash_index(catalog.get_table("db.t")).values())
     assert sizes == [5, 40, 40, 40]  # 125 keys
     check_placement(catalog.get_table("db.t"))
+    # each commit replaced index files and removed no row: an APPEND, which Paimon's and
+    # Iceberg's incremental readers consume (they skip overwrites)
+    manager = catalog.get_table("db.t").store.snapshot_manager
+    assert [manager.snapshot(i).commit_kind for i in range(1, 5)] == [CommitKind.APPEND] * 4
 
 
 def test_concurrent_writers_never_split_a_key(catalog):

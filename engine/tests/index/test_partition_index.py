@@ -29,7 +29,9 @@ def _place(model: dict[int, int], counts: dict[int, int], h: int, target: int) -
     return bucket
 
 
-def _entry(bucket: int, hashes: np.ndarray) -> IndexManifestEntry:
+def _written(written: dict[int, list[int]], bucket: int, hashes: np.ndarray) -> IndexManifestEntry:
+    """A write of a bucket's index file that keeps its content."""
+    written[bucket] = hashes.tolist()
     return IndexManifestEntry(FileKind.ADD, b"p", bucket, "HASH", f"index-{bucket}", 4 * len(hashes), len(hashes))
 
 
@@ -53,12 +55,7 @@ def _check(batches: list[list[int]], target: int) -> None:
         expected = [model[h] if h in model else _place(model, counts, h, target) for h in batch]
         assert index.assign(np.array(batch, dtype=np.int32)).tolist() == expected
         written: dict[int, list[int]] = {}
-
-        def write(bucket: int, hashes: np.ndarray) -> IndexManifestEntry:
-            written[bucket] = hashes.tolist()
-            return _entry(bucket, hashes)
-
-        commits = index.prepare_commit(write)
+        commits = index.prepare_commit(lambda bucket, hashes, written=written: _written(written, bucket, hashes))
         assert {b for b, _, _ in commits} == {model[h] for h in new}
         for bucket, _, claim in commits:  # a changed bucket's file: all its hashes, sorted; its claim: the new ones
             assert written[bucket] == sorted(h for h, b in model.items() if b == bucket)
