@@ -63,9 +63,13 @@ log = logging.getLogger(__name__)
 
 LG_K = 12  # 4096 nominal entries (Trino's default): about 1.6% relative standard error
 SLICE_ROWS = 65_536  # rows converted to Python values at a time
+DISTINCT_FRACTION = 0.5  # a slice with at most this share of distinct values: its next one is deduplicated first
 STALE_FRACTION = 0.1  # a compaction refreshes statistics once total-records moved this much
 ATTACH_ATTEMPTS = 5
-AUTO_MAX_VALUES = 5_000_000  # rows x columns a commit sketches itself (about 1-2 s of sketching)
+# rows x columns a commit sketches itself: tables the size of TPC-H SF 1's lineitem (6M rows x 16
+# columns) get their NDV with their first rows, as Trino's CREATE TABLE AS collects them while writing
+# (several seconds of reading and sketching); larger ones from `strata iceberg stats`
+AUTO_MAX_VALUES = 100_000_000
 MAX_BACKOFF_SNAPSHOTS = 1024  # a failing automatic refresh is retried at most this many snapshots apart
 BACKOFF_FILE = "iceberg-statistics-error.json"  # in the table's directory: the failures of automatic refreshes
 _TOO_LARGE: set[str] = set()  # tables told (once per process) that they are past AUTO_MAX_VALUES
@@ -114,16 +118,27 @@ def _values(array: pa.Array) -> Iterable[Any]:
 
 
 def sketch_batches(batches: Iterable[pa.RecordBatch], columns: list[str]) -> dict[str, Any]:
-    """A theta sketch per column over the batches (the columns must be in every batch)."""
+    """A theta sketch per column over the batches (the columns must be in every batch).
+
+    A value fed twice leaves a sketch as it was, so a column whose slices repeat their values
+    (flags, dates, small ranges: most of a fact table's columns) is fed each slice's distinct
+    values only (``pyarrow.compute.unique``, far cheaper than turning every value into a Python
+    object and hashing it); a column whose previous slice was mostly distinct is fed as it is."""
     from datasketches import update_theta_sketch
 
     sketches = {name: update_theta_sketch(LG_K) for name in columns}
+    repeats = dict.fromkeys(columns, True)  # did the column's last slice repeat values (try at first)
     for batch in batches:
         for start in range(0, batch.num_rows, SLICE_ROWS):
             piece = batch.slice(start, SLICE_ROWS)
             for name, sketch in sketches.items():
+                column = piece.column(name)
+                if repeats[name] and len(column):
+                    distinct = pc.unique(column)
+                    repeats[name] = len(distinct) <= DISTINCT_FRACTION * len(column)
+                    column = distinct
                 # map() runs the library's update over the slice without a Python-level loop
-                collections.deque(map(sketch.update, _values(piece.column(name))), maxlen=0)
+                collections.deque(map(sketch.update, _values(column)), maxlen=0)
     return sketches
 
 

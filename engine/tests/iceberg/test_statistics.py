@@ -200,3 +200,39 @@ def test_pyiceberg_reads_a_table_with_statistics(catalog: strata.Catalog, wareho
     assert num_rows == data.num_rows
     assert snapshot_id == _metadata(table)["current-snapshot-id"] and path.endswith(".stats")
     assert blobs == len(SCHEMA.names) and properties == {"ndv": str(exact(data, "id"))}
+
+
+def test_repeating_columns_are_fed_their_distinct_values_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slice's repeated values are dropped before they become Python objects (the sketch is the
+    same: a value fed twice changes nothing); a column of mostly distinct values is fed whole."""
+    from strata.iceberg import statistics
+
+    fed: list[int] = []
+    values = statistics._values
+
+    def counting(array: pa.Array) -> Any:
+        fed.append(len(array))
+        return values(array)
+
+    i = np.arange(200_000)
+    data = pa.table({"id": i, "day": pa.array((i % 100 + 20_000).astype(np.int32)).view(pa.date32())})
+    expected = {name: datasketches.update_theta_sketch(12) for name in data.column_names}
+    for name, sketch in expected.items():
+        for value in values(data.column(name).combine_chunks()):
+            sketch.update(value)
+    monkeypatch.setattr(statistics, "_values", counting)
+    sketches = sketch_batches(data.to_batches(max_chunksize=100_000), data.column_names)
+    for name in data.column_names:
+        assert sketches[name].compact().serialize() == expected[name].compact().serialize(), name
+    slices = [statistics.SLICE_ROWS, 100_000 - statistics.SLICE_ROWS] * 2
+    assert fed[0::2] == slices  # "id": every value of every slice (its first slice was all distinct)
+    assert fed[1::2] == [100] * 4  # "day": each slice's 100 distinct days
+
+
+def test_a_tpch_sf1_fact_table_gets_statistics_with_its_first_rows() -> None:
+    """lineitem at TPC-H SF 1 (6,001,215 rows x 16 columns) is within the automatic bound: without
+    NDV on it and on orders Trino planned SF 1's Q18 with partitioned joins of every row (2.6-2.8x
+    the time on Trino's own tables, whose CREATE TABLE AS collected them)."""
+    from strata.iceberg.statistics import AUTO_MAX_VALUES
+
+    assert AUTO_MAX_VALUES >= 6_001_215 * 16
