@@ -146,6 +146,7 @@ class DataFileWriter:
         self.value_names = config.schema.field_names
         self.name_prefix = name_prefix
         self.delta = _sorted_integers(config.schema) if self.has_key else []
+        self._deletion_vectors = config.schema.options.get("deletion-vectors.enabled", "false").lower() == "true"
         self.leaf_paths = _leaf_paths(self.file_schema)
         self.leaves = primitive_leaves(self.file_schema)
         # the last sample's encodings, shared by the bucket's flush, compaction and purge threads
@@ -242,8 +243,11 @@ class DataFileWriter:
         decoded, strata.io.page_index). Other files keep Arrow's pages (up to 20k rows or 1 MB):
         each page costs a reader a decompression (small pages make full scans, Trino's and
         pyarrow's, cost more CPU), and the files above level 0 are the ones Trino reads
-        (deletion-vector tables) and full compactions leave; unsorted (append) values prune no page."""
-        small = self.has_key and level == 0
+        (deletion-vector tables) and full compactions leave; unsorted (append) values prune no page.
+        A deletion-vector table's level-0 files keep Arrow's pages too: no read looks at level 0
+        there (compaction reads its files whole), and a compaction often moves a file up a level
+        as it is, where Trino and every scan then read it."""
+        small = self.has_key and level == 0 and not self._deletion_vectors
         return {"max_rows_per_page": PAGE_ROWS, "write_batch_size": PAGE_ROWS} if small else {}
 
     def _append(self, f: _OpenFile, chunk: pa.Table) -> None:
