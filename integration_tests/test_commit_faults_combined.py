@@ -179,9 +179,9 @@ LOCK_TABLES = {
 
 @contextmanager
 def lock_taken_after_append(catalog: Any, dsn: str) -> Iterator[list[str]]:
-    """Right after a batch's snapshot (APPEND; OVERWRITE on dynamic buckets) is published under
-    the catalog's lock, another owner takes the table's lock row for HELD_SECONDS (its lease; then
-    any writer may take it over). Yields the lock ids taken; the rows are removed at the end."""
+    """Right after a batch's snapshot (an APPEND) is published under the catalog's lock, another
+    owner takes the table's lock row for HELD_SECONDS (its lease; then any writer may take it
+    over). Yields the lock ids taken; the rows are removed at the end."""
     original = catalog.snapshot_publisher
     taken: list[str] = []
     owner = f"other-job-{uuid.uuid4().hex[:8]}"
