@@ -45,21 +45,19 @@ class HashClaim:
 
 def _merge_sorted(hashes: np.ndarray, buckets: np.ndarray, more_h: np.ndarray,
                   more_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Two sorted hash arrays without common hashes (and their buckets) as one, in linear time:
-    each added hash goes where searchsorted puts it, shifted by the added hashes before it."""
+    """Two sorted hash arrays without common hashes (and their buckets) as one. Each hash and its
+    bucket are packed in one int64 (hash above, bucket in the low 16 bits: the order is the
+    hashes'), so one stable sort, which merges two sorted runs in linear time, carries both."""
     if not len(more_h):
         return hashes, buckets
     if not len(hashes):
         return more_h, more_b
-    at = np.searchsorted(hashes, more_h) + np.arange(len(more_h))
-    taken = np.zeros(len(hashes) + len(more_h), dtype=bool)
-    taken[at] = True
-    all_h = np.empty(len(taken), dtype=hashes.dtype)
-    all_b = np.empty(len(taken), dtype=buckets.dtype)
-    all_h[at], all_b[at] = more_h, more_b
-    kept = ~taken
-    all_h[kept], all_b[kept] = hashes, buckets
-    return all_h, all_b
+    packed = np.sort(np.concatenate([_pack(hashes, buckets), _pack(more_h, more_b)]), kind="stable")
+    return (packed >> 16).astype(np.int32), (packed & 0xFFFF).astype(np.uint16).view(np.int16)
+
+
+def _pack(hashes: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    return (hashes.astype(np.int64) << 16) | (buckets.astype(np.int64) & 0xFFFF)
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ from strata.deletionvectors import BucketDeletionVectors
 from strata.errors import WriterClosedError
 from strata.format import binary_row
 from strata.format.bucket import bucket_ids, hash_rows
-from strata.index.bucket_assigner import DynamicBucketAssigner, HashClaim, PartitionIndex
+from strata.index.bucket_assigner import DynamicBucketAssigner, HashClaim
 from strata.index.hash_index import hash_index_entry, read_hashes, write_hash_index
 from strata.io.data_file_reader import ColumnMapping, read_file
 from strata.io.data_file_writer import DataFileWriter, WriterConfig
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
 
 _VECTOR = object()  # a reader's `deleted` default: the positions the file's vector marks now
 PURGE_NICENESS = 10  # added to the purge thread's nice value: purges take the CPU commits leave
-# a write of at least this many rows places the keys of its partitions on several threads
-PARALLEL_ASSIGN_ROWS = 1 << 15
 
 
 def _background_priority() -> None:
@@ -233,20 +231,8 @@ class TableWrite:
         # stable, so that each partition's rows keep their order; radix on 16-bit codes, as in _route
         order = np.argsort(part_codes.astype(np.uint16) if len(partitions) <= 1 << 16 else part_codes, kind="stable")
         cuts = np.flatnonzero(np.diff(part_codes[order])) + 1
-        groups = [(self.assigner.partition(partitions[int(part_codes[rows[0]])]), rows)
-                  for rows in np.split(order, cuts)]
-
-        def assign(group: tuple[PartitionIndex, np.ndarray]) -> None:
-            index, rows = group
-            buckets[rows] = index.assign(hashes[rows])
-
-        if table.num_rows >= PARALLEL_ASSIGN_ROWS:
-            # partitions place their keys independently, and numpy's sorts and searches release
-            # the GIL: several at once (each index loaded above, on this thread)
-            list(self._bucket_pool().map(assign, groups))
-        else:
-            for group in groups:
-                assign(group)
+        for rows in np.split(order, cuts):
+            buckets[rows] = self.assigner.assign(partitions[int(part_codes[rows[0]])], hashes[rows])
         return buckets
 
     def _new_assigner(self) -> DynamicBucketAssigner | None:
