@@ -246,6 +246,17 @@ class DynamicBucketAssigner:
     def assign(self, partition: bytes, hashes: np.ndarray) -> np.ndarray:
         return self.partition(partition).assign(hashes)
 
+    def checkpoint(self) -> dict[bytes, tuple[dict[int, IndexManifestEntry], dict[int, list[np.ndarray]]]]:
+        """Each partition's live index files and the hashes it placed since its last commit."""
+        return {p: (dict(index.files), {b: list(h) for b, h in index.pending.items()})
+                for p, index in self.partitions.items()}
+
+    def restore(self, saved: dict[bytes, tuple[dict[int, IndexManifestEntry], dict[int, list[np.ndarray]]]]) -> None:
+        """Back to a checkpoint of a prepare_commit that failed: its index files were never
+        committed, and the next one must write the buckets' files again."""
+        for p, (files, pending) in saved.items():
+            self.partitions[p].files, self.partitions[p].pending = files, pending
+
 
 def check_hash_claims(live: Sequence[IndexManifestEntry], changes: Sequence[IndexManifestEntry],
                       claims: Sequence[HashClaim], read: ReadHashes, where: str) -> None:

@@ -390,19 +390,27 @@ class TableWrite:
         full = self.full_compaction_every is not None and self.commits_prepared % self.full_compaction_every == 0
         if full:
             self.compact(full=True)
-        index_writes = self._start_hash_index_writes() if self.assigner is not None else []
-        writers = list(self.writers.values())
-        waits = any(w.waits_at_commit for w in writers)
-        if not waits:
-            self._flush_all()
-        if len(writers) > 1 and waits:
-            # each bucket flushes, moves its level 0 up and writes its deletion-vector index on
-            # one thread, side by side with the other buckets
-            messages = list(self._bucket_pool().map(lambda w: w.prepare_commit(wait_compaction), writers))
-        else:
-            messages = [w.prepare_commit(wait_compaction) for w in writers]
-        if index_writes:
-            messages = self._with_hash_index(messages, index_writes)
+        # the index files are written while the buckets flush; if a bucket fails, the partitions'
+        # indexes go back to what they were, so that a retry writes those files again
+        saved = self.assigner.checkpoint() if self.assigner is not None else None
+        try:
+            index_writes = self._start_hash_index_writes() if self.assigner is not None else []
+            writers = list(self.writers.values())
+            waits = any(w.waits_at_commit for w in writers)
+            if not waits:
+                self._flush_all()
+            if len(writers) > 1 and waits:
+                # each bucket flushes, moves its level 0 up and writes its deletion-vector index on
+                # one thread, side by side with the other buckets
+                messages = list(self._bucket_pool().map(lambda w: w.prepare_commit(wait_compaction), writers))
+            else:
+                messages = [w.prepare_commit(wait_compaction) for w in writers]
+            if index_writes:
+                messages = self._with_hash_index(messages, index_writes)
+        except BaseException:
+            if self.assigner is not None and saved is not None:
+                self.assigner.restore(saved)
+            raise
         messages = [m for m in messages if not m.is_empty()]
         self.write_metrics.committed([w.compaction.manager.levels for w in self.writers.values()
                                       if isinstance(w, KeyValueBucketWriter) and w.compaction.manager])

@@ -208,3 +208,27 @@ def test_cli_creates_dynamic_bucket_tables(tmp_path, capsys):
     table.write(pa.table({"id": [2], "v": ["c"]}))
     got = strata.load_catalog(warehouse).get_table("db.t").to_arrow().to_pylist()
     assert sorted(got, key=lambda r: r["id"]) == [{"id": 1, "v": "a"}, {"id": 2, "v": "c"}]
+
+
+def test_prepare_commit_retried_after_a_bucket_failed_writes_the_index_again(catalog):
+    """The index files are written while the buckets flush: when a bucket fails, the retry must
+    write them again, or the keys placed before it would be missing from the index."""
+    table = create(catalog)
+    write = table.new_write("w")
+    write.write_arrow(pa.concat_tables([batch("a", range(60), 1), batch("b", range(10), 1)]))
+    failing = next(iter(write.writers.values()))
+    prepare = failing.prepare_commit
+
+    def fail_once(*args, **kwargs):
+        failing.prepare_commit = prepare
+        raise OSError("disk full")
+
+    failing.prepare_commit = fail_once
+    with pytest.raises(OSError, match="disk full"):
+        write.prepare_commit()
+    table.new_commit("w").commit(write.prepare_commit())
+    write.close()
+    table = catalog.get_table("db.t")
+    assert len(as_dict(table)) == 70
+    check_placement(table)
+    assert sum(len(h) for h in hash_index(table).values()) == 70
