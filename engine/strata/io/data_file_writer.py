@@ -24,6 +24,7 @@ from strata.io.paths import PathFactory
 from strata.io.stats import _truncate_max, _truncate_min
 from strata.manifest.data_file_meta import DataFileMeta, FileSource
 from strata.manifest.simple_stats import SimpleStats
+from strata.options import CoreOptions
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 
 FILE_SOURCE_APPEND = 0
@@ -146,7 +147,7 @@ class DataFileWriter:
         self.value_names = config.schema.field_names
         self.name_prefix = name_prefix
         self.delta = _sorted_integers(config.schema) if self.has_key else []
-        self._deletion_vectors = config.schema.options.get("deletion-vectors.enabled", "false").lower() == "true"
+        self._deletion_vectors = bool(CoreOptions(config.schema.options).get("deletion-vectors.enabled"))
         self.leaf_paths = _leaf_paths(self.file_schema)
         self.leaves = primitive_leaves(self.file_schema)
         # the last sample's encodings, shared by the bucket's flush, compaction and purge threads

@@ -408,7 +408,8 @@ class TableWrite:
             if index_writes:
                 messages = self._with_hash_index(messages, index_writes)
         except BaseException:
-            if self.assigner is not None and saved is not None:
+            if saved is not None:
+                assert self.assigner is not None
                 self.assigner.restore(saved)
             raise
         messages = [m for m in messages if not m.is_empty()]
