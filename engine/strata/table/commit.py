@@ -40,6 +40,10 @@ class TableCommitResult(CommitResult):
     # set when it did not land in time: the batch is durable but its rows are not visible to
     # readers (nor its lookup changelog written) until the bucket's next commit or compaction; why
     not_yet_visible: str | None = None
+    # the first snapshot that shows the batch to readers: the last one this commit published, or
+    # the compaction done again, or (when another committer moved the level-0 files up first) the
+    # latest snapshot the retry found them moved in; None when not yet visible or a skipped replay
+    visible_from: int | None = None
 
     @property
     def visible(self) -> bool:
@@ -71,8 +75,7 @@ class TableCommit:
         self._check_open()
         result = self._committed(messages, identifier, lambda: self._commit.commit(
             messages, identifier, dict(properties or {}) or None, watermark))
-        if result.compaction_failure is not None:
-            self._after_abandoned_compaction(messages, result)
+        self._settle_visibility(messages, result)
         return result
 
     def overwrite(self, messages: Sequence[CommitMessage], partition: Mapping[str, Any] | None = None,
@@ -92,8 +95,7 @@ class TableCommit:
                 return TableCommitResult()
         result = self._committed(messages, identifier, lambda: self._commit.overwrite(
             messages, targets, identifier, dict(properties or {}) or None))
-        if result.compaction_failure is not None:
-            self._after_abandoned_compaction(messages, result)
+        self._settle_visibility(messages, result)
         return result
 
     def callbacks(self, log_commit: LogCommit | None = None) -> list[CommitCallback]:
@@ -138,6 +140,13 @@ class TableCommit:
         run_commit_callbacks(self.callbacks(log_commit), outcome, self._commit.metric_table)
         return outcome
 
+    def _settle_visibility(self, messages: Sequence[CommitMessage], result: TableCommitResult) -> None:
+        """Set `visible_from`, after compacting the batch again if its compaction was abandoned."""
+        if result.snapshot_ids:
+            result.visible_from = max(result.snapshot_ids)
+        if result.compaction_failure is not None:
+            self._after_abandoned_compaction(messages, result)
+
     def _after_abandoned_compaction(self, messages: Sequence[CommitMessage], result: TableCommitResult) -> None:
         """The batch published, its compaction did not. Tell the writer that prepared the messages
         (its levels are now ahead of the table) and, where readers skip level 0, compact the
@@ -155,6 +164,7 @@ class TableCommit:
         if failure is None:
             metrics.commit_compaction_abandoned(self._commit.metric_table, "recovered")
             return
+        result.visible_from = None
         result.not_yet_visible = (
             f"snapshot(s) {result.snapshot_ids} of table {store.identifier} hold the batch durably, but its rows in "
             f"{len(buckets)} bucket(s) stay at level 0 (which readers of deletion-vector and first-row tables skip; "
@@ -169,7 +179,10 @@ class TableCommit:
         (a COMPACT of a commit user of its own), again after each failure, with the commit's
         back-off, until it lands or finds nothing left at level 0 (None) or the timeout passes
         (the last failure). A failed attempt's files are kept: its outcome may be unknown, and
-        orphan cleanup removes them."""
+        orphan cleanup removes them. Nothing left means another committer (a maintenance job)
+        moved them up: the batch is visible from the latest snapshot, read after the scan found
+        them gone, not from this commit's own snapshots."""
+        snapshots = self.store.snapshot_manager
         core = self.store.core
         deadline = time.monotonic() + int(core.get("commit.compaction-retry-timeout")) / 1000
         wait, max_wait = int(core.get("commit.min-retry-wait")), int(core.get("commit.max-retry-wait"))
@@ -180,6 +193,9 @@ class TableCommit:
                 if messages:
                     landed = TableCommit(self.store).commit(messages)
                     result.retried_compaction_ids.extend(landed.snapshot_ids)
+                    result.visible_from = landed.visible_from
+                else:
+                    result.visible_from = snapshots.latest_id()
                 return None
             except Exception as exc:  # the batch is in: no failure here may fail its commit
                 failure = f"{type(exc).__name__}: {exc}"

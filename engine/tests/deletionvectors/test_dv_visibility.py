@@ -10,6 +10,8 @@ it, as a store outage would) and the tests read the table as a user would, again
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -37,8 +39,8 @@ def batch(values: dict[int, str]) -> pa.Table:
     return pa.table({"k": list(values), "v": list(values.values())}, schema=SCHEMA)
 
 
-def read(table: Table) -> dict[int, str]:
-    data = table.to_arrow()
+def read(table: Table, snapshot_id: int | None = None) -> dict[int, str]:
+    data = table.to_arrow(snapshot_id=snapshot_id)
     return dict(zip(data.column("k").to_pylist(), data.column("v").to_pylist(), strict=True))
 
 
@@ -62,7 +64,8 @@ def test_a_batch_whose_compaction_failed_once_is_visible_when_write_returns(tmp_
     assert io.failures == 0
     assert result.compaction_failure is not None  # the batch published, its compaction did not
     assert result.visible and result.retried_compaction_ids  # compacted again on the latest snapshot
-    assert read(table) == dict.fromkeys(KEYS, "new")
+    assert result.visible_from == result.retried_compaction_ids[-1]
+    assert read(table) == read(table, result.visible_from) == dict.fromkeys(KEYS, "new")
     if metrics.ENABLED:
         assert abandoned("db.t", "recovered") == recovered + 1
 
@@ -73,7 +76,7 @@ def test_a_batch_left_at_level_0_becomes_visible_at_the_next_commit_to_its_bucke
     table.write(batch(dict.fromkeys(KEYS, "old")))
     io.failures = 1_000_000  # every COMPACT fails until the retries give up
     result = table.write(batch(dict.fromkeys(KEYS, "new")))
-    assert result.snapshot_ids and not result.visible
+    assert result.snapshot_ids and not result.visible and result.visible_from is None
     assert result.not_yet_visible is not None and "durably" in result.not_yet_visible
     assert read(table) == dict.fromkeys(KEYS, "old")  # as the result says: durable, not yet visible
 
@@ -88,6 +91,54 @@ def test_a_batch_left_at_level_0_becomes_visible_at_the_next_commit_to_its_bucke
     assert read(table) == expected
     table.compact()  # the maintenance compaction moves the other bucket's level 0 up
     assert read(table) == {**dict.fromkeys(KEYS, "new"), 0: "third"}
+
+
+class CompactedMeanwhile(CompactOutage):
+    """A COMPACT outage during which another committer (a maintenance job with a FileIO of its
+    own) compacts the table: after the last refusal, once the publish lock is released,
+    `meanwhile` runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meanwhile: Callable[[], object] = lambda: None
+        self.due = False
+
+    def write_new(self, path: str, data: bytes) -> bool:
+        refusing = bool(self.failures)
+        try:
+            return super().write_new(path, data)
+        finally:
+            self.due = refusing and not self.failures
+
+    @contextlib.contextmanager
+    def exclusive_lock(self, path: str) -> Iterator[object]:
+        try:
+            with super().exclusive_lock(path) as handle:
+                yield handle
+        finally:
+            if self.due:
+                self.due = False
+                self.meanwhile()
+
+
+def test_a_batch_another_committer_compacted_is_visible_from_the_snapshot_it_names(tmp_path: Path) -> None:
+    """The commit's COMPACT fails, and before it is done again a maintenance compaction moves the
+    batch's level-0 files up: nothing is left to compact, and the batch is visible from that
+    compaction's snapshot, not from the commit's APPEND (a read there, which skips level 0, showed
+    the old values though the result said visible)."""
+    io = CompactedMeanwhile()
+    table = dv_table(tmp_path, io)
+    table.write(batch(dict.fromkeys(KEYS, "old")))
+    maintenance = FileSystemCatalog(str(tmp_path / "warehouse")).get_table("db.t")
+    io.meanwhile = lambda: maintenance.compact(full=True, commit_user="maintenance")
+    io.failures = 2
+    result = table.write(batch(dict.fromkeys(KEYS, "new")))
+    latest = table.latest_snapshot()
+    assert result.compaction_failure is not None and not result.retried_compaction_ids
+    assert latest is not None and latest.commit_user == "maintenance" and latest.id > max(result.snapshot_ids)
+    assert result.visible and result.visible_from == latest.id
+    assert read(table, result.visible_from) == dict.fromkeys(KEYS, "new")
+    assert read(table, max(result.snapshot_ids)) == dict.fromkeys(KEYS, "old")  # its APPEND: level 0 skipped
 
 
 def test_a_kept_writer_whose_compaction_was_abandoned_restores_its_buckets(tmp_path: Path) -> None:
