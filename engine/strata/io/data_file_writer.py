@@ -325,6 +325,9 @@ def _overflows_dictionary(column: pa.ChunkedArray) -> bool:
         return int(pc.sum(pc.binary_length(distinct)).as_py() or 0) > DICTIONARY_PAGE_LIMIT
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t):
         return pc.count_distinct(sample).as_py() * t.byte_width > DICTIONARY_PAGE_LIMIT
+    if pa.types.is_decimal(t):  # measures (prices, amounts): stored as INT32/INT64 up to 18 digits
+        width = 4 if t.precision <= 9 else 8 if t.precision <= 18 else t.byte_width
+        return pc.count_distinct(sample).as_py() * width > DICTIONARY_PAGE_LIMIT
     return False
 
 

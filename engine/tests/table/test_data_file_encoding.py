@@ -5,6 +5,8 @@ that ascend (keys, sequence numbers) are delta-encoded."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,18 +18,26 @@ from strata.io.data_file_writer import ROW_GROUP_ROWS, row_group_rows
 ROWS = 40_000  # more than one row group (32k rows)
 
 
+def cents(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    return pa.array([Decimal(int(v)).scaleb(-2) for v in values], kind)
+
+
 def test_dictionary_only_for_low_cardinality_columns(tmp_path) -> None:
     catalog = strata.load_catalog(str(tmp_path / "wh"))
     catalog.create_database("db")
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.float64()),
                         pa.field("kind", pa.string()), pa.field("text", pa.string()),
-                        pa.field("few", pa.int64())])
+                        pa.field("few", pa.int64()), pa.field("price", pa.decimal128(15, 2)),
+                        pa.field("rate", pa.decimal128(4, 2)), pa.field("big", pa.decimal128(30, 2))])
     table = catalog.create_table("db.t", schema, primary_keys=["id"], options={"bucket": "1"})
     rng = np.random.default_rng(7)
     rows = pa.table({"id": np.arange(ROWS), "v": rng.random(ROWS),
                      "kind": pa.array(["red", "green", "blue"] * (ROWS // 3) + ["red"] * (ROWS % 3)),
                      "text": pa.array([f"note {x:012d}" for x in rng.integers(0, 10**12, ROWS)]),
-                     "few": rng.integers(0, 500, ROWS)}, schema=schema)
+                     "few": rng.integers(0, 500, ROWS),
+                     "price": cents(rng.integers(0, 10**9, ROWS), pa.decimal128(15, 2)),
+                     "rate": cents(rng.integers(0, 11, ROWS), pa.decimal128(4, 2)),
+                     "big": cents(rng.integers(0, 10**9, ROWS), pa.decimal128(30, 2))}, schema=schema)
     table.write(rows)
     [split] = table.scan()
     [data_file] = split.files
@@ -43,6 +53,11 @@ def test_dictionary_only_for_low_cardinality_columns(tmp_path) -> None:
     # their first rows already overflow a dictionary page, so none is tried
     assert columns["v"].encodings == ("RLE", "PLAIN") and not columns["v"].has_dictionary_page
     assert columns["text"].encodings == ("RLE", "DELTA_LENGTH_BYTE_ARRAY") and not columns["text"].has_dictionary_page
+    # measures: distinct decimals are plain from the first page (a dictionary was tried, then
+    # abandoned, in every column chunk), a decimal of 11 values keeps its dictionary
+    for name in ("price", "big"):
+        assert columns[name].encodings == ("RLE", "PLAIN") and not columns[name].has_dictionary_page, name
+    assert "RLE_DICTIONARY" in columns["rate"].encodings
     for name in ("id", "_KEY_id", "_SEQUENCE_NUMBER"):
         # integers in key order: stored as small differences, never in a dictionary
         assert columns[name].encodings == ("RLE", "DELTA_BINARY_PACKED") and not columns[name].has_dictionary_page, name
