@@ -57,6 +57,6 @@ def _check(batches: list[list[int]], target: int) -> None:
         written: dict[int, list[int]] = {}
         commits = index.prepare_commit(lambda bucket, hashes, written=written: _written(written, bucket, hashes))
         assert {b for b, _, _ in commits} == {model[h] for h in new}
-        for bucket, _, claim in commits:  # a changed bucket's file: all its hashes, sorted; its claim: the new ones
-            assert written[bucket] == sorted(h for h, b in model.items() if b == bucket)
+        for bucket, _, claim in commits:  # a changed bucket's file: all its hashes, once each; its claim: the new ones
+            assert sorted(written[bucket]) == sorted(h for h, b in model.items() if b == bucket)
             assert sorted(claim.new_hashes.tolist()) == sorted(h for h in new if model[h] == bucket)
