@@ -7,7 +7,7 @@ stream its merged output through one writer in bounded memory.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,9 +37,16 @@ FILE_SOURCE_COMPACT = 1
 ROW_GROUP_BYTES = 128 * 1024 * 1024
 ROW_GROUP_ROWS = 32 * 1024
 MAX_ROW_GROUP_ROWS = 1024 * 1024
+# A table written whole (a flushed write buffer, a batch) is in memory already, so its groups may
+# hold up to this many times as much, nearer parquet-mr's 128 MB of encoded data, while its file
+# stays within the target size (Arrow bytes over ARROW_BYTES_PER_FILE_BYTE). Trino plans a split
+# per row group: TPC-H's lineitem in one group per file scanned faster than in groups of 688k
+# rows. A merge that streams keeps groups of ROW_GROUP_BYTES, the most rows the writer holds.
+IN_MEMORY_GROUP_FACTOR = 4
+ARROW_BYTES_PER_FILE_BYTE = 3
 # rows written between size checks when rolling (at most one row group); a file overshoots the
 # target by at most this.
-ROLL_CHECK_ROWS = MAX_ROW_GROUP_ROWS
+ROLL_CHECK_ROWS = IN_MEMORY_GROUP_FACTOR * MAX_ROW_GROUP_ROWS
 # A column chunk falls back from dictionary to plain encoding once its dictionary passes this:
 # low-cardinality columns (partition values, row kinds, enums) keep their dictionaries, while
 # unique keys, measures and free text stop paying for a dictionary that saves nothing (Arrow's
@@ -158,8 +165,18 @@ class DataFileWriter:
 
     def write(self, table: pa.Table, level: int, file_source: int = FILE_SOURCE_APPEND,
               first_sequence: int = 0) -> list[DataFileMeta]:
-        """Write `table` (in file layout and, for PK tables, sorted by key)."""
-        return self.write_stream([table], level, file_source, first_sequence)
+        """Write `table` (in file layout and, for PK tables, sorted by key), in memory whole: its
+        row groups may be larger than a streamed merge's (IN_MEMORY_GROUP_FACTOR)."""
+        return self._write_chunks(_recut([self._in_file_schema(table)], self._whole_group_rows),
+                                  level, file_source, first_sequence)
+
+    def _whole_group_rows(self, table: pa.Table) -> int:
+        """Rows per group of a table written whole: up to IN_MEMORY_GROUP_FACTOR groups' worth,
+        as many as fill the target file size, never fewer than a streamed merge's groups."""
+        per_row = max(1.0, table.nbytes / max(1, table.num_rows))
+        in_file = int(ARROW_BYTES_PER_FILE_BYTE * self.config.target_file_size / per_row)
+        streamed = row_group_rows(table)
+        return min(ROLL_CHECK_ROWS, max(streamed, min(row_group_rows(table, IN_MEMORY_GROUP_FACTOR), in_file)))
 
     def _in_file_schema(self, table: pa.Table) -> pa.Table:
         """`table` under the file schema (its field ids and nullability). Columns of the file's type
@@ -176,10 +193,17 @@ class DataFileWriter:
     def write_stream(self, tables: Iterable[pa.Table], level: int, file_source: int = FILE_SOURCE_APPEND,
                      first_sequence: int = 0) -> list[DataFileMeta]:
         """Write consecutive tables (each in key order after the previous) into rolling files."""
+        streamed = (self._in_file_schema(t) for t in tables)
+        return self._write_chunks(_recut(streamed, lambda t: min(row_group_rows(t), ROLL_CHECK_ROWS)),
+                                  level, file_source, first_sequence)
+
+    def _write_chunks(self, chunks: Iterable[pa.Table], level: int, file_source: int,
+                      first_sequence: int) -> list[DataFileMeta]:
+        """Write row groups (one chunk each) into files that roll at the target size."""
         metas: list[DataFileMeta] = []
         current: _OpenFile | None = None
         sequence = first_sequence
-        for chunk in _recut(self._in_file_schema(t) for t in tables):
+        for chunk in chunks:
             if current is None:
                 current = self._open(sequence, level, chunk)
             self._append(current, chunk)
@@ -342,24 +366,24 @@ def _leaf_paths(schema: pa.Schema) -> list[str]:
     return [meta.schema.column(i).path for i in range(meta.num_columns)]
 
 
-def row_group_rows(sample: pa.Table) -> int:
-    """Rows per row group for rows like `sample`'s (see ROW_GROUP_BYTES)."""
+def row_group_rows(sample: pa.Table, factor: int = 1) -> int:
+    """Rows per row group for rows like `sample`'s (see ROW_GROUP_BYTES), `factor` groups' worth."""
     per_row = max(1.0, sample.nbytes / max(1, sample.num_rows))
-    grains = int(ROW_GROUP_BYTES / per_row) // ROW_GROUP_ROWS
-    return min(MAX_ROW_GROUP_ROWS, max(1, grains) * ROW_GROUP_ROWS)
+    grains = int(factor * ROW_GROUP_BYTES / per_row) // ROW_GROUP_ROWS
+    return min(factor * MAX_ROW_GROUP_ROWS, max(1, grains) * ROW_GROUP_ROWS)
 
 
-def _recut(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+def _recut(tables: Iterable[pa.Table], group_rows: Callable[[pa.Table], int]) -> Iterator[pa.Table]:
     """The rows of `tables` in order, in pieces of one row group each (the last one shorter),
     however small the input tables (a compaction streams a merge of many runs; Parquet readers
-    pay per row group). The group's size is set by the first table's bytes per row."""
+    pay per row group). The group's size is `group_rows` of the first table."""
     pending: list[pa.Table] = []
     rows = 0
     piece = 0
     for table in tables:
         if table.num_rows == 0:
             continue
-        piece = piece or min(row_group_rows(table), ROLL_CHECK_ROWS)
+        piece = piece or group_rows(table)
         pending.append(table)
         rows += table.num_rows
         if rows < piece:

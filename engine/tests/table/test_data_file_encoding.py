@@ -85,9 +85,10 @@ def test_a_compaction_of_small_runs_writes_full_row_groups(tmp_path, monkeypatch
 
 
 def test_row_groups_hold_about_row_group_bytes(tmp_path, monkeypatch) -> None:
-    """Narrow rows make few large row groups, wide rows more, smaller ones: each near ROW_GROUP_BYTES
-    of Arrow data and a whole number of ROW_GROUP_ROWS (a scan pays per group and per request).
-    Scaled down 32x in bytes and rows, so that the test writes megabytes."""
+    """Narrow rows make few large row groups, wide rows more, smaller ones: each a whole number of
+    ROW_GROUP_ROWS near IN_MEMORY_GROUP_FACTOR x ROW_GROUP_BYTES of Arrow data for a table written
+    whole (a scan pays per group and per request), near ROW_GROUP_BYTES for a streamed merge (the
+    rows a compaction holds). Scaled down 32x in bytes and rows, so that the test writes megabytes."""
     monkeypatch.setattr(data_file_writer, "ROW_GROUP_BYTES", 1024 * 1024)
     monkeypatch.setattr(data_file_writer, "ROW_GROUP_ROWS", 1024)
     catalog = strata.load_catalog(str(tmp_path / "wh"))
@@ -102,14 +103,22 @@ def test_row_groups_hold_about_row_group_bytes(tmp_path, monkeypatch) -> None:
         [data_file] = split.files
         metadata = pq.ParquetFile(f"{split.bucket_path}/{data_file.file_name}").metadata
         groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
-        expected = row_group_rows(data)
+        factor = data_file_writer.IN_MEMORY_GROUP_FACTOR
+        expected = row_group_rows(data, factor)
         assert groups[:-1] == [expected] * (len(groups) - 1) and 0 < groups[-1] <= expected, (name, groups)
         assert expected % 1024 == 0
         if name == "narrow":
             assert groups == [rows]  # 16 bytes a row: 64k rows a group, one group
         else:
-            assert len(groups) == -(-rows // expected) > 2  # about 410 bytes a row: 2k rows a group
-            assert 512 * 1024 <= expected * wide.nbytes / rows <= 1024 * 1024
+            assert len(groups) == -(-rows // expected) > 2  # about 410 bytes a row: 10k rows a group
+            assert factor * 512 * 1024 <= expected * wide.nbytes / rows <= factor * 1024 * 1024
+            table.write(data)
+            table.compact(full=True)  # a merge of the two files, streamed: groups of ROW_GROUP_BYTES
+            [split] = table.scan()
+            [merged] = split.files
+            metadata = pq.ParquetFile(f"{split.bucket_path}/{merged.file_name}").metadata
+            streamed = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+            assert streamed[:-1] == [row_group_rows(data)] * (len(streamed) - 1) and len(streamed) > len(groups)
 
 
 def test_a_writer_samples_cardinality_every_few_files(tmp_path) -> None:
