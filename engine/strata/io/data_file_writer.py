@@ -39,9 +39,9 @@ ROW_GROUP_ROWS = 32 * 1024
 MAX_ROW_GROUP_ROWS = 1024 * 1024
 # A table written whole (a flushed write buffer, a batch) is in memory already, so its groups may
 # hold up to this many times as much, nearer parquet-mr's 128 MB of encoded data, while its file
-# stays within the target size (Arrow bytes over ARROW_BYTES_PER_FILE_BYTE). Trino plans a split
-# per row group: TPC-H's lineitem in one group per file scanned faster than in groups of 688k
-# rows. A merge that streams keeps groups of ROW_GROUP_BYTES, the most rows the writer holds.
+# stays within the target size (Arrow bytes over ARROW_BYTES_PER_FILE_BYTE): Trino plans a split
+# per row group. A merge that streams keeps groups of ROW_GROUP_BYTES, the most rows the writer
+# holds (pyarrow's writer has no buffered row groups).
 IN_MEMORY_GROUP_FACTOR = 4
 ARROW_BYTES_PER_FILE_BYTE = 3
 # rows written between size checks when rolling (at most one row group); a file overshoots the
