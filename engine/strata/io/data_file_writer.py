@@ -173,8 +173,7 @@ class DataFileWriter:
     def _whole_group_rows(self, table: pa.Table) -> int:
         """Rows per group of a table written whole: up to IN_MEMORY_GROUP_FACTOR groups' worth,
         as many as fill the target file size, never fewer than a streamed merge's groups."""
-        per_row = max(1.0, table.nbytes / max(1, table.num_rows))
-        in_file = int(ARROW_BYTES_PER_FILE_BYTE * self.config.target_file_size / per_row)
+        in_file = int(ARROW_BYTES_PER_FILE_BYTE * self.config.target_file_size / _bytes_per_row(table))
         streamed = row_group_rows(table)
         return min(ROLL_CHECK_ROWS, max(streamed, min(row_group_rows(table, IN_MEMORY_GROUP_FACTOR), in_file)))
 
@@ -368,9 +367,12 @@ def _leaf_paths(schema: pa.Schema) -> list[str]:
 
 def row_group_rows(sample: pa.Table, factor: int = 1) -> int:
     """Rows per row group for rows like `sample`'s (see ROW_GROUP_BYTES), `factor` groups' worth."""
-    per_row = max(1.0, sample.nbytes / max(1, sample.num_rows))
-    grains = int(factor * ROW_GROUP_BYTES / per_row) // ROW_GROUP_ROWS
+    grains = int(factor * ROW_GROUP_BYTES / _bytes_per_row(sample)) // ROW_GROUP_ROWS
     return min(factor * MAX_ROW_GROUP_ROWS, max(1, grains) * ROW_GROUP_ROWS)
+
+
+def _bytes_per_row(table: pa.Table) -> float:
+    return max(1.0, table.nbytes / max(1, table.num_rows))
 
 
 def _recut(tables: Iterable[pa.Table], group_rows: Callable[[pa.Table], int]) -> Iterator[pa.Table]:
