@@ -60,6 +60,11 @@ def expected_join(offset: int) -> list[tuple]:
     return join_rows(orders, totals, tiers_of(totals))
 
 
+# write-only stages, as jobs with a dedicated compaction job: a compaction inside a stage's commit
+# lands when its thread wins the race with the commit, which would make snapshot ids vary by run
+STAGE_OPTIONS = {"bucket": "1", "write-only": "true"}
+
+
 @dataclass
 class Pipeline:
     catalog: strata.Catalog
@@ -71,11 +76,11 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         self.orders = self.catalog.create_table("db.orders", ORDERS, primary_keys=["id"],
-                                                options={"bucket": "1"})
+                                                options=STAGE_OPTIONS)
         self.totals = self.catalog.create_table("db.totals", TOTALS, primary_keys=["customer"],
-                                                options={"bucket": "1"})
+                                                options=STAGE_OPTIONS)
         self.tiers = self.catalog.create_table("db.tiers", TIERS, primary_keys=["customer"],
-                                               options={"bucket": "1"})
+                                               options=STAGE_OPTIONS)
 
     @property
     def tables(self) -> list[Table]:

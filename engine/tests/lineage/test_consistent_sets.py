@@ -146,14 +146,16 @@ def test_tags_per_point_are_readable_and_survive_expiry(pipeline: Pipeline) -> N
 def test_graph_shows_jobs_edges_and_lag(pipeline: Pipeline) -> None:
     for _ in range(7):
         pipeline.step()
-    graph = lineage_graph(pipeline.catalog, now_millis=pipeline.orders.latest_snapshot().time_millis + 5000)
+    pipeline.orders.compact(full=True)  # snapshot 8: a compaction leaves nothing new to consume
+    ingested = pipeline.orders.snapshot_manager.snapshot(7)
+    graph = lineage_graph(pipeline.catalog, now_millis=ingested.time_millis + 5000)
     assert graph.jobs == {"ingest-job": ["db.orders"], "totals-job": ["db.totals"], "tiers-job": ["db.tiers"]}
     edges = {(e.source, e.target): e for e in graph.edges}
     assert set(edges) == {(SOURCE, "db.orders"), ("db.orders", "db.totals"), ("db.totals", "db.tiers")}
     assert edges[(SOURCE, "db.orders")].consumed == "35" and edges[(SOURCE, "db.orders")].source_kind == "external"
     totals_edge = edges[("db.orders", "db.totals")]
-    assert (totals_edge.consumed, totals_edge.upstream_latest, totals_edge.behind_snapshots) == ("6", 7, 1)
-    assert totals_edge.behind_millis == 5000  # the one unconsumed snapshot is orders' latest
+    assert (totals_edge.consumed, totals_edge.upstream_latest, totals_edge.behind_snapshots) == ("6", 8, 1)
+    assert totals_edge.behind_millis == 5000  # the one unconsumed snapshot is orders' 7th
     tiers_edge = edges[("db.totals", "db.tiers")]
     assert (tiers_edge.behind_snapshots, tiers_edge.behind_millis) == (0, 0)
 
