@@ -1,6 +1,6 @@
 """What an Iceberg manifest says of a data file's layout, from its Parquet footer: the bytes each
 column takes (``column_sizes``: Trino sizes VARCHAR columns from them when it orders joins) and
-where each row group starts (``split_offsets``: split planning cuts files there).
+where a reader may cut the file into splits (``split_offsets``: row-group starts, see below).
 
 Paimon's file metadata has neither, so the Iceberg sync reads the footers of the files it adds,
 once: a footer is a ranged GET of the file's tail (after a HEAD), read in parallel, and the manifests carry the
@@ -22,12 +22,19 @@ from strata.fs import FileIO
 log = logging.getLogger(__name__)
 
 READERS = 16  # footers read at once (each a GET of the file's tail)
+# Consecutive row groups whose bytes add up to at most this are one split unit: the row-group
+# size of Parquet's other writers (Trino's, Spark's, Paimon Java's parquet.block.size). A streamed
+# merge writes smaller groups (it holds a group's rows in memory as Arrow data, about four times
+# their size in the file). Planners cut splits only at listed offsets, so listing every group
+# start gave Trino two splits of a three-group lineitem file where its own one-group file of as
+# many rows is one.
+SPLIT_UNIT_BYTES = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class FileLayout:
     column_sizes: dict[int, int]  # field id -> compressed bytes of its column chunks
-    split_offsets: list[int]  # each row group's first byte, ascending
+    split_offsets: list[int]  # the first byte of each split unit (a row group start), ascending
 
 
 def file_layout(metadata: pq.FileMetaData) -> FileLayout:
@@ -39,20 +46,34 @@ def file_layout(metadata: pq.FileMetaData) -> FileLayout:
         if field_id is not None:
             ids[f.name] = int(field_id)
     sizes: dict[int, int] = {}
-    offsets = []
+    groups: list[tuple[int, int]] = []  # (first byte, compressed bytes) of each row group
     for g in range(metadata.num_row_groups):
         group = metadata.row_group(g)
         first = group.column(0) if group.num_columns else None
         if first is not None:
             dictionary = first.dictionary_page_offset
-            offsets.append(min(first.data_page_offset, dictionary) if first.has_dictionary_page and dictionary
-                           else first.data_page_offset)
+            start = (min(first.data_page_offset, dictionary) if first.has_dictionary_page and dictionary
+                     else first.data_page_offset)
+            groups.append((start, sum(group.column(c).total_compressed_size for c in range(group.num_columns))))
         for c in range(group.num_columns):
             chunk = group.column(c)
             field_id = ids.get(chunk.path_in_schema)
             if field_id is not None:
                 sizes[field_id] = sizes.get(field_id, 0) + chunk.total_compressed_size
-    return FileLayout(sizes, sorted(offsets))
+    return FileLayout(sizes, split_units(sorted(groups)))
+
+
+def split_units(groups: Sequence[tuple[int, int]]) -> list[int]:
+    """The starts of split units: consecutive row groups (first byte, bytes), in file order,
+    joined while their bytes stay within SPLIT_UNIT_BYTES; a larger group is a unit alone."""
+    offsets: list[int] = []
+    unit = 0
+    for start, size in groups:
+        if not offsets or unit + size > SPLIT_UNIT_BYTES:
+            offsets.append(start)
+            unit = 0
+        unit += size
+    return offsets
 
 
 def read_layouts(file_io: FileIO, paths: Sequence[str]) -> dict[str, FileLayout]:

@@ -18,8 +18,9 @@ import strata
 from strata.cli import main as cli
 from strata.errors import OptionError
 from strata.iceberg import IcebergSync, latest_metadata_location
+from strata.iceberg import layout as layout_module
 from strata.iceberg import sync as sync_module
-from strata.iceberg.layout import read_layouts
+from strata.iceberg.layout import read_layouts, split_units
 from strata.iceberg.manifests import ManifestFile, decode_manifest_list, encode_manifest_list
 from strata.io import data_file_writer
 from strata.table.table import Table
@@ -282,6 +283,7 @@ def test_manifests_carry_column_sizes_and_split_offsets(catalog: strata.Catalog,
     Iceberg reader (Trino sizes VARCHAR columns from them); a rewrite of the manifests (the
     compaction's snapshot) carries them on without reading a footer again."""
     monkeypatch.setattr(data_file_writer, "ROW_GROUP_BYTES", 1)  # 32k-row groups: several per file
+    monkeypatch.setattr(layout_module, "SPLIT_UNIT_BYTES", 1)  # each group a split unit of its own
     schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
     table = catalog.create_table("db.layout", schema, options={**ICEBERG, "bucket": "1", "bucket-key": "id"})
     for start in (0, 70_000):
@@ -304,3 +306,13 @@ def test_manifests_carry_column_sizes_and_split_offsets(catalog: strata.Catalog,
     _, facts = iceberg(table, warehouse_options)
     ((path, layout),) = facts["layouts"].items()
     assert footers_read[-1] == path and layout["column_sizes"] == _footer_layout(table, path)["column_sizes"]
+
+
+def test_split_units_join_row_groups_up_to_a_peer_writers_group_size() -> None:
+    """Row groups smaller than other writers' are listed as split offsets only where a unit of
+    at most SPLIT_UNIT_BYTES starts: a reader plans about as many splits as for a peer's file."""
+    mb = 1024 * 1024
+    assert split_units([(4, 40 * mb), (40 * mb + 4, 40 * mb), (80 * mb + 4, 40 * mb)]) == [4]
+    assert split_units([(4, 60 * mb), (60 * mb + 4, 60 * mb), (120 * mb + 4, 60 * mb)]) == [4, 120 * mb + 4]
+    assert split_units([(4, 200 * mb), (200 * mb + 4, 10 * mb), (210 * mb + 4, 10 * mb)]) == [4, 200 * mb + 4]
+    assert split_units([(4, 10)]) == [4] and split_units([]) == []
