@@ -48,17 +48,19 @@ def file_layout(metadata: pq.FileMetaData) -> FileLayout:
     groups: list[tuple[int, int]] = []  # (first byte, compressed bytes) of each row group
     for g in range(metadata.num_row_groups):
         group = metadata.row_group(g)
-        first = group.column(0) if group.num_columns else None
-        if first is not None:
-            dictionary = first.dictionary_page_offset
-            start = (min(first.data_page_offset, dictionary) if first.has_dictionary_page and dictionary
-                     else first.data_page_offset)
-            groups.append((start, sum(group.column(c).total_compressed_size for c in range(group.num_columns))))
+        group_bytes = 0
         for c in range(group.num_columns):
             chunk = group.column(c)
+            group_bytes += chunk.total_compressed_size
             field_id = ids.get(chunk.path_in_schema)
             if field_id is not None:
                 sizes[field_id] = sizes.get(field_id, 0) + chunk.total_compressed_size
+        if group.num_columns:
+            first = group.column(0)
+            dictionary = first.dictionary_page_offset
+            start = (min(first.data_page_offset, dictionary) if first.has_dictionary_page and dictionary
+                     else first.data_page_offset)
+            groups.append((start, group_bytes))
     return FileLayout(sizes, split_units(sorted(groups)))
 
 
