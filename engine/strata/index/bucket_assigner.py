@@ -4,8 +4,8 @@ A primary-key table with ``bucket = -1`` places each key through its partition's
 a key whose hash is indexed stays in that bucket; a new hash goes to the first bucket (lowest id
 first) holding fewer than ``dynamic-bucket.target-row-num`` hashes, else to a new bucket with the
 lowest free id; past ``dynamic-bucket.max-buckets`` it goes to a random existing bucket, as in
-Paimon. The index of a partition is two sorted arrays (hash -> bucket): a large main part and a
-small delta merged into it now and then, so a batch is placed with np.unique and searchsorted.
+Paimon. The index of a partition is a hash map (hash -> bucket, strata.index.hash_map) that looks
+up and adds a whole batch at a time.
 
 At each commit a bucket that got new hashes gets a new index file with all of its hashes; the
 commit message DELETEs the bucket's previous file and carries a `HashClaim` (the new hashes and
@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from strata.errors import CommitConflictError, OptionError
+from strata.index.hash_map import HashBucketMap
 from strata.manifest.index_manifest import INDEX_TYPE_HASH, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind
 
 MAX_DYNAMIC_BUCKETS = 32767  # bucket ids are Java shorts in Paimon's index
-_DELTA_MIN = 1 << 16  # the delta is merged into the main arrays past this size (or 1/8 of main)
 
 ReadHashes = Callable[[IndexManifestEntry], np.ndarray]
 
@@ -43,41 +44,14 @@ class HashClaim:
     new_hashes: np.ndarray = field(repr=False)  # hashes this writer placed in the bucket since then
 
 
-def _merge_sorted(hashes: np.ndarray, buckets: np.ndarray, more_h: np.ndarray,
-                  more_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Two sorted hash arrays without common hashes (and their buckets) as one. Each hash and its
-    bucket are packed in one int64 (hash above, bucket in the low 16 bits: the order is the
-    hashes'), so one stable sort, which merges two sorted runs in linear time, carries both."""
-    if not len(more_h):
-        return hashes, buckets
-    if not len(hashes):
-        return more_h, more_b
-    packed = np.sort(np.concatenate([_pack(hashes, buckets), _pack(more_h, more_b)]), kind="stable")
-    return (packed >> 16).astype(np.int32), (packed & 0xFFFF).astype(np.uint16).view(np.int16)
-
-
-def _pack(hashes: np.ndarray, buckets: np.ndarray) -> np.ndarray:
-    return (hashes.astype(np.int64) << 16) | (buckets.astype(np.int64) & 0xFFFF)
-
-
 def _distinct(values: np.ndarray) -> np.ndarray:
     """Sorted distinct values (a sort: numpy's hash-based unique is slower on these sizes)."""
     ordered = np.sort(values)
     return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
 
 
-def _lookup(sorted_h: np.ndarray, sorted_b: np.ndarray, keys: np.ndarray, out: np.ndarray) -> None:
-    """Set `out` (buckets, -1 = unknown) for the `keys` found in the sorted arrays."""
-    if not len(sorted_h) or not len(keys):
-        return
-    pos = np.searchsorted(sorted_h, keys)
-    pos[pos == len(sorted_h)] = 0
-    found = sorted_h[pos] == keys
-    out[found] = sorted_b[pos[found]]
-
-
 class PartitionIndex:
-    """hash -> bucket of one partition, with each bucket's hash count and its live index file."""
+    """hash -> bucket of one partition, with each bucket's hashes and its live index file."""
 
     def __init__(self, partition: bytes, entries: Sequence[IndexManifestEntry], read: ReadHashes,
                  target_rows: int, max_buckets: int, where: str):
@@ -87,45 +61,36 @@ class PartitionIndex:
         self.where = where
         self.files: dict[int, IndexManifestEntry] = {e.bucket: e for e in entries}
         parts_h = [np.asarray(read(e), dtype=np.int32) for e in entries]
-        parts_b = [np.full(len(h), e.bucket, dtype=np.int16) for h, e in zip(parts_h, entries, strict=True)]
-        self.counts: dict[int, int] = {e.bucket: len(h) for h, e in zip(parts_h, entries, strict=True)}
-        empty_h, empty_b = np.empty(0, np.int32), np.empty(0, np.int16)
-        all_h, all_b = np.concatenate(parts_h or [empty_h]), np.concatenate(parts_b or [empty_b])
-        order = np.argsort(all_h, kind="stable")
-        self.main_h, self.main_b = all_h[order], all_b[order]
-        self.delta_h, self.delta_b = empty_h, empty_b
+        # each bucket's hashes, the content of its next index file, in chunks joined when it is written
+        self.hashes_of: dict[int, list[np.ndarray]] = {}
+        for h, e in zip(parts_h, entries, strict=True):
+            self.hashes_of.setdefault(e.bucket, []).append(h)
+        self.counts: dict[int, int] = {b: sum(len(h) for h in hs) for b, hs in self.hashes_of.items()}
+        self.map = HashBucketMap()
+        if len(parts_h) == 1:  # one file, a set: no sort to find hashes in two files
+            self.map.put(parts_h[0], np.full(len(parts_h[0]), entries[0].bucket, dtype=np.int16))
+        elif parts_h:
+            all_h = np.concatenate(parts_h)
+            all_b = np.concatenate([np.full(len(h), e.bucket, dtype=np.int16)
+                                    for h, e in zip(parts_h, entries, strict=True)])
+            distinct, first = np.unique(all_h, return_index=True)  # a hash in two files: the first file's
+            self.map.put(distinct, all_b[first])
         self.pending: dict[int, list[np.ndarray]] = {}  # bucket -> hashes placed since the last commit
         self.base = frozenset(e.file_name for e in entries)
         self.upper_bound_reached = False
         self._rng = np.random.default_rng()
 
     def assign(self, hashes: np.ndarray) -> np.ndarray:
-        """The bucket (int64) of each row's key hash; new hashes are placed and remembered.
-        The batch is looked up in hash order (binary searches of ascending keys stay in cache,
-        and an unstable sort is several times cheaper than np.unique's stable one); only the
-        hashes found nowhere are made distinct, and placed in order of arrival."""
-        order = np.argsort(hashes)  # which of equal hashes comes first does not matter
-        keys = hashes[order]
-        found = np.full(len(keys), -1, dtype=np.int64)
-        _lookup(self.main_h, self.main_b, keys, found)
-        unknown = found < 0
-        if unknown.any() and len(self.delta_h):
-            sub = found[unknown]
-            _lookup(self.delta_h, self.delta_b, keys[unknown], sub)
-            found[unknown] = sub
-            unknown = found < 0
-        if unknown.any():
-            at = np.flatnonzero(unknown)
-            new_keys = keys[at]
-            starts = np.concatenate([[True], new_keys[1:] != new_keys[:-1]])
-            first = np.minimum.reduceat(order[at], np.flatnonzero(starts))  # each new hash's first row
-            placed = np.empty(len(first), dtype=np.int64)
-            placed[np.argsort(first)] = self._place(len(first))
-            found[at] = placed[np.cumsum(starts) - 1]
-            self._remember(new_keys[starts], placed)
-        out = np.empty_like(found)
-        out[order] = found
-        return out
+        """The bucket (int64) of each row's key hash; new hashes are placed, in order of arrival,
+        and remembered."""
+        found = self.map.get(hashes).astype(np.int64)
+        unknown = np.flatnonzero(found < 0)
+        if len(unknown):
+            codes, new = pd.factorize(hashes[unknown])  # distinct, in order of first appearance
+            placed = self._place(len(new))
+            found[unknown] = placed[codes]
+            self._remember(new, placed)
+        return found
 
     def _place(self, count: int) -> np.ndarray:
         """Buckets for `count` new hashes in arrival order: fill, then open, then spread."""
@@ -167,34 +132,24 @@ class PartitionIndex:
         return placed
 
     def _remember(self, hashes: np.ndarray, buckets: np.ndarray) -> None:
-        """Add new hashes (sorted, distinct, in none of the arrays) with their buckets."""
-        small = buckets.astype(np.int16)
-        self.delta_h, self.delta_b = _merge_sorted(self.delta_h, self.delta_b, hashes.astype(np.int32), small)
-        if len(self.delta_h) > max(_DELTA_MIN, len(self.main_h) // 8):
-            self.main_h, self.main_b = _merge_sorted(self.main_h, self.main_b, self.delta_h, self.delta_b)
-            self.delta_h, self.delta_b = self.delta_h[:0], self.delta_b[:0]
+        """Add new hashes (distinct, not in the map) with their buckets."""
+        self.map.put(hashes, buckets)
         if (buckets == buckets[0]).all():  # the common case: a partition's new keys fill one bucket
-            self.pending.setdefault(int(buckets[0]), []).append(hashes)
-            return
-        order = np.argsort(buckets, kind="stable")
-        cuts = np.flatnonzero(np.diff(buckets[order])) + 1
-        for chunk in np.split(order, cuts):
-            self.pending.setdefault(int(buckets[chunk[0]]), []).append(hashes[chunk])
+            chunks = [(int(buckets[0]), hashes)]
+        else:
+            order = np.argsort(buckets, kind="stable")
+            cuts = np.flatnonzero(np.diff(buckets[order])) + 1
+            chunks = [(int(buckets[c[0]]), hashes[c]) for c in np.split(order, cuts)]
+        for bucket, chunk in chunks:
+            self.pending.setdefault(bucket, []).append(chunk)
+            self.hashes_of.setdefault(bucket, []).append(chunk)
 
     def bucket_hashes(self, bucket: int) -> np.ndarray:
-        """Every hash of the bucket (its index file's content): its part of the main and of the
-        delta arrays, each distinct and sorted, without common hashes. Not merged into one order:
-        an index file is a set (Paimon reads it into a hash set; readers here sort or test
-        membership), and the merge cost 2 ms per bucket and commit."""
-        if len(self.counts) == 1:  # the partition's only bucket: every hash is its own
-            return np.concatenate([self.main_h, self.delta_h])
-        parts = [self._of_bucket(self.main_h, self.main_b, bucket), self._of_bucket(self.delta_h, self.delta_b, bucket)]
-        return np.concatenate(parts)
-
-    @staticmethod
-    def _of_bucket(hashes: np.ndarray, buckets: np.ndarray, bucket: int) -> np.ndarray:
-        mask = buckets == bucket
-        return hashes if mask.all() else hashes[mask]
+        """Every hash of the bucket: its index file's content (a set, in no particular order)."""
+        chunks = self.hashes_of[bucket]
+        if len(chunks) > 1:
+            chunks[:] = [np.concatenate(chunks)]
+        return chunks[0]
 
     def prepare_commit(self, write: Callable[[int, np.ndarray], IndexManifestEntry]
                        ) -> list[tuple[int, list[IndexManifestEntry], HashClaim]]:

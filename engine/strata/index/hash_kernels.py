@@ -1,0 +1,39 @@
+"""The probing loops of HashBucketMap, compiled with numba (the `numba` extra).
+
+numpy can only probe a batch a round at a time, each round a pass of gathers and masks over the
+keys still looking for their slot; compiled, each key walks its own probe sequence once.
+Importing this module imports numba: hash_map imports it only when numba is installed.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_FREE = -1
+
+
+@numba.njit(cache=True, nogil=True)
+def probe_get(table_keys: np.ndarray, table_values: np.ndarray, keys: np.ndarray, slots: np.ndarray,
+              out: np.ndarray) -> None:  # pragma: no cover (compiled: coverage does not see it)
+    mask = table_values.shape[0] - 1
+    for i in range(keys.shape[0]):
+        slot = slots[i]
+        while True:
+            value = table_values[slot]
+            if value == _FREE or table_keys[slot] == keys[i]:
+                out[i] = value
+                break
+            slot = (slot + 1) & mask
+
+
+@numba.njit(cache=True, nogil=True)
+def probe_put(table_keys: np.ndarray, table_values: np.ndarray, keys: np.ndarray, values: np.ndarray,
+              slots: np.ndarray) -> None:  # pragma: no cover (compiled)
+    mask = table_values.shape[0] - 1
+    for i in range(keys.shape[0]):
+        slot = slots[i]
+        while table_values[slot] != _FREE:
+            slot = (slot + 1) & mask
+        table_keys[slot] = keys[i]
+        table_values[slot] = values[i]

@@ -1,0 +1,105 @@
+"""A hash map from int32 key hashes to int16 bucket ids, in two numpy arrays.
+
+The hash index of a dynamic-bucket partition is looked up for every written row and grows by the
+new keys of every batch. numpy has no hash table: a sorted array needs a sort of each batch, a
+binary search per key and a merge of the whole index now and then. This map is open addressing
+with linear probing, kept at most half full. With numba installed (the `numba` extra) each key
+walks its probe sequence in compiled code (hash_kernels); without, a batch is probed in numpy
+rounds, each handling every key still looking for its slot, which is slower than the sorted
+arrays' binary search, but keeps one layout and one behaviour for both.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+
+import numpy as np
+
+MIN_SLOTS = 1024  # a power of two
+_FREE = -1  # bucket ids are >= 0: a slot holding -1 is free
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the slot comes from the product's high bits
+
+USE_COMPILED = True  # the tests turn it off to check the numpy probing too
+
+
+@functools.cache
+def compiled_kernels() -> ModuleType | None:
+    """hash_kernels when numba is installed, imported on first use (numba takes 0.25 s to import)."""
+    try:
+        from strata.index import hash_kernels
+    except ImportError:
+        return None
+    return hash_kernels
+
+
+class HashBucketMap:
+    """int32 hash -> int16 bucket; `get` and `put` take whole arrays."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._compiled = compiled_kernels() if USE_COMPILED else None
+        self._allocate(MIN_SLOTS)
+
+    def _allocate(self, slots: int) -> None:
+        self.keys = np.zeros(slots, dtype=np.int32)
+        self.values = np.full(slots, _FREE, dtype=np.int16)
+        self._mask = slots - 1
+        self._shift = np.uint64(64 - (slots.bit_length() - 1))
+
+    def _slots(self, keys: np.ndarray) -> np.ndarray:
+        # key hashes are often sequential or share low bits: a multiplication spreads them first
+        return ((keys.view(np.uint32).astype(np.uint64) * _GOLDEN) >> self._shift).astype(np.intp)
+
+    def get(self, keys: np.ndarray) -> np.ndarray:
+        """The bucket of each key (int16), -1 for keys not in the map."""
+        keys = np.ascontiguousarray(keys, dtype=np.int32)
+        out = np.empty(len(keys), dtype=np.int16)
+        if self._compiled is not None:
+            self._compiled.probe_get(self.keys, self.values, keys, self._slots(keys), out)
+            return out
+        out.fill(_FREE)
+        rows = np.arange(len(keys))
+        slots = self._slots(keys)
+        while len(rows):
+            values = self.values[slots]
+            hit = self.keys[slots] == keys  # a free slot's -1 answers "absent" as well
+            out[rows[hit]] = values[hit]
+            probe = ~hit & (values != _FREE)  # a free slot ends the probe: the key is absent
+            rows, keys, slots = rows[probe], keys[probe], (slots[probe] + 1) & self._mask
+        return out
+
+    def put(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Add keys that are distinct and not in the map yet, with their buckets (>= 0)."""
+        keys = np.ascontiguousarray(keys, dtype=np.int32)
+        values = np.ascontiguousarray(values, dtype=np.int16)
+        self._reserve(self.size + len(keys))
+        self.size += len(keys)
+        slots = self._slots(keys)
+        if self._compiled is not None:
+            self._compiled.probe_put(self.keys, self.values, keys, values, slots)
+            return
+        while len(keys):
+            free = self.values[slots] == _FREE
+            taken = slots[free]
+            # keys that reach one free slot in the same round all write it and one write stays:
+            # whichever it is claims the slot, the others probe on
+            self.keys[taken] = keys[free]
+            won = np.zeros(len(keys), dtype=bool)
+            won[free] = self.keys[taken] == keys[free]
+            self.values[slots[won]] = values[won]
+            lost = ~won
+            keys, values, slots = keys[lost], values[lost], (slots[lost] + 1) & self._mask
+
+    def _reserve(self, size: int) -> None:
+        """Keep the table at most half full: a miss probes 2.5 slots on average then."""
+        slots = len(self.values)
+        if 2 * size <= slots:
+            return
+        while 2 * size > slots:
+            slots *= 2
+        occupied = self.values != _FREE
+        keys, values = self.keys[occupied], self.values[occupied]
+        self._allocate(slots)
+        self.size = 0
+        self.put(keys, values)
