@@ -76,6 +76,9 @@ class MetadataBuilder:
             new["parent-snapshot-id"] = parent
         snapshots = [*kept, new]
         schemas = [s for s in (previous or {}).get("schemas", []) if s["schema-id"] != self.schema.id]
+        if snapshot.schema_id != self.schema.id and all(s["schema-id"] != snapshot.schema_id for s in schemas):
+            # a snapshot older than the table's schema (a rollback to it starts a new chain)
+            schemas.append(schema_json(self.store.schema_at(snapshot.schema_id)))
         metadata_log = list((previous or {}).get("metadata-log", []))
         if previous is not None and previous_file is not None:
             metadata_log.append({"timestamp-ms": previous["last-updated-ms"], "metadata-file": previous_file})

@@ -173,3 +173,23 @@ def test_entries_stamped_after_their_commit_are_not_taken_for_rolled_back(catalo
     current = json.loads(table.file_io.read_bytes(latest_metadata_location(table) or ""))
     assert [s["snapshot-id"] for s in current["snapshots"]] == [1, 2, 3]
     assert current["snapshots"][-1]["timestamp-ms"] == table.latest_snapshot().time_millis
+
+
+def test_rollback_across_a_schema_change_defines_the_snapshots_schema(catalog: strata.Catalog,
+                                                                      warehouse_options: dict[str, str]) -> None:
+    """The Iceberg history starts after a column was dropped (the mirror was turned on then), and a
+    rollback goes to a snapshot written before: its metadata names the old schema while the
+    table's current schema is the newest, and must define both (Iceberg readers resolve a
+    snapshot's schema by its id)."""
+    table = catalog.create_table("db.t", SCHEMA)
+    table.write(batch(1, 2))
+    table = table.drop_column("name").set_options(**{"metadata.iceberg.storage": "table-location"})
+    table.write(pa.table({"id": pa.array([3], pa.int64())}))
+    table.rollback_to(1)
+
+    metadata = current_metadata(table)
+    defined = {s["schema-id"] for s in metadata["schemas"]}
+    assert [s["schema-id"] for s in metadata["snapshots"]] == [0] and metadata["current-schema-id"] == 2
+    assert {0, 2} <= defined
+    got, facts = read_iceberg(latest_metadata_location(table), warehouse_options)
+    assert sorted(got.column("id").to_pylist()) == [1, 2] and facts["current"] == 1
