@@ -26,6 +26,7 @@ from collections import defaultdict
 from typing import Any
 
 from strata.format import binary_row
+from strata.iceberg import sync_after_commit
 from strata.io.paths import partition_value_string
 from strata.manifest.manifest_entry import live_files
 from strata.operation.commit import FileStoreCommit
@@ -182,6 +183,7 @@ def expire_partitions(table: FileStore | HasStore, expiration_ms: int | None = N
     commit.metric_table = str(table.identifier)
     commit.overwrite([], [p for p, _ in expired])
     log.info("table %s: expired partitions %s", table.identifier, dropped)
+    sync_after_commit(table)  # Iceberg readers see the partitions gone now, not at the next commit
     return dropped
 
 

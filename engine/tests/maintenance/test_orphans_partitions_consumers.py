@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pyarrow as pa
 import pytest
 from maintenance_helpers import PK_SCHEMA, advance_clock, exists, files_on_disk, live_paths, pk_batch, read_json, rows
 
+from strata.iceberg import latest_metadata_location
 from strata.operation.partition_expire import java_pattern_to_strptime, parse_partition_time
 
 # -- orphan files -----------------------------------------------------------------------------------
@@ -117,6 +119,19 @@ def test_expire_partitions_by_values_time(catalog):
     # once the snapshots before the drop expire, the partitions' files are gone
     t.expire_snapshots(retain_min=1, time_retained=0)
     assert not any(f"day={_day(40)}" in p for p in files_on_disk(t))
+
+
+def test_expired_partitions_leave_the_iceberg_mirror_current(catalog):
+    """Expiring partitions is a commit of its own: Iceberg readers see the partitions gone at once,
+    not at the table's next commit."""
+    t = catalog.create_table("db.sales", SALES, partition_keys=["day"], options={
+        "partition.timestamp-formatter": "yyyyMMdd", "write-only": "true",
+        "metadata.iceberg.storage": "table-location"})
+    for offset in (0, 10):
+        t.write(_sales(_day(offset), [offset]))
+    assert t.expire_partitions("7 d") == [{"day": _day(10)}]
+    metadata = json.loads(t.file_io.read_bytes(latest_metadata_location(t)))
+    assert metadata["current-snapshot-id"] == t.latest_snapshot().id == 3
 
 
 def test_partition_expiry_runs_after_commits(catalog):
