@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from strata.errors import CommitConflictError, OptionError
 from strata.index.hash_map import HashBucketMap
@@ -86,6 +85,8 @@ class PartitionIndex:
         found = self.map.get(hashes).astype(np.int64)
         unknown = np.flatnonzero(found < 0)
         if len(unknown):
+            import pandas as pd  # here: `import strata` stays free of pandas
+
             codes, new = pd.factorize(hashes[unknown])  # distinct, in order of first appearance
             placed = self._place(len(new))
             found[unknown] = placed[codes]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-OPTIONAL = ("pandas", "pyspark", "confluent_kafka", "boto3", "botocore", "sqlalchemy", "polars")
+OPTIONAL = ("pandas", "pyspark", "confluent_kafka", "boto3", "botocore", "sqlalchemy", "polars", "numba")
 
 
 def loaded_after(code: str) -> set[str]:
