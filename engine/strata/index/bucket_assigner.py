@@ -66,14 +66,14 @@ class PartitionIndex:
             self.hashes_of.setdefault(e.bucket, []).append(h)
         self.counts: dict[int, int] = {b: sum(len(h) for h in hs) for b, hs in self.hashes_of.items()}
         self.map = HashBucketMap()
-        if len(parts_h) == 1:  # one file, a set: no sort to find hashes in two files
-            self.map.put(parts_h[0], np.full(len(parts_h[0]), entries[0].bucket, dtype=np.int16))
-        elif parts_h:
+        if parts_h:
             all_h = np.concatenate(parts_h)
             all_b = np.concatenate([np.full(len(h), e.bucket, dtype=np.int16)
                                     for h, e in zip(parts_h, entries, strict=True)])
-            distinct, first = np.unique(all_h, return_index=True)  # a hash in two files: the first file's
-            self.map.put(distinct, all_b[first])
+            if len(parts_h) > 1:  # a hash in two files goes where the first file says (one file is a set)
+                all_h, first = np.unique(all_h, return_index=True)
+                all_b = all_b[first]
+            self.map.put(all_h, all_b)
         self.pending: dict[int, list[np.ndarray]] = {}  # bucket -> hashes placed since the last commit
         self.base = frozenset(e.file_name for e in entries)
         self.upper_bound_reached = False

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_FREE = -1
+from strata.index.hash_map import FREE
 
 
 @numba.njit(cache=True, nogil=True)
@@ -21,7 +21,7 @@ def probe_get(table_keys: np.ndarray, table_values: np.ndarray, keys: np.ndarray
         slot = slots[i]
         while True:
             value = table_values[slot]
-            if value == _FREE or table_keys[slot] == keys[i]:
+            if value == FREE or table_keys[slot] == keys[i]:
                 out[i] = value
                 break
             slot = (slot + 1) & mask
@@ -33,7 +33,7 @@ def probe_put(table_keys: np.ndarray, table_values: np.ndarray, keys: np.ndarray
     mask = table_values.shape[0] - 1
     for i in range(keys.shape[0]):
         slot = slots[i]
-        while table_values[slot] != _FREE:
+        while table_values[slot] != FREE:
             slot = (slot + 1) & mask
         table_keys[slot] = keys[i]
         table_values[slot] = values[i]

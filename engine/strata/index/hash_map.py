@@ -17,7 +17,7 @@ from types import ModuleType
 import numpy as np
 
 MIN_SLOTS = 1024  # a power of two
-_FREE = -1  # bucket ids are >= 0: a slot holding -1 is free
+FREE = -1  # bucket ids are >= 0: a slot holding -1 is free
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the slot comes from the product's high bits
 
 USE_COMPILED = True  # the tests turn it off to check the numpy probing too
@@ -43,7 +43,7 @@ class HashBucketMap:
 
     def _allocate(self, slots: int) -> None:
         self.keys = np.zeros(slots, dtype=np.int32)
-        self.values = np.full(slots, _FREE, dtype=np.int16)
+        self.values = np.full(slots, FREE, dtype=np.int16)
         self._mask = slots - 1
         self._shift = np.uint64(64 - (slots.bit_length() - 1))
 
@@ -58,14 +58,14 @@ class HashBucketMap:
         if self._compiled is not None:
             self._compiled.probe_get(self.keys, self.values, keys, self._slots(keys), out)
             return out
-        out.fill(_FREE)
+        out.fill(FREE)
         rows = np.arange(len(keys))
         slots = self._slots(keys)
         while len(rows):
             values = self.values[slots]
             hit = self.keys[slots] == keys  # a free slot's -1 answers "absent" as well
             out[rows[hit]] = values[hit]
-            probe = ~hit & (values != _FREE)  # a free slot ends the probe: the key is absent
+            probe = ~hit & (values != FREE)  # a free slot ends the probe: the key is absent
             rows, keys, slots = rows[probe], keys[probe], (slots[probe] + 1) & self._mask
         return out
 
@@ -80,7 +80,7 @@ class HashBucketMap:
             self._compiled.probe_put(self.keys, self.values, keys, values, slots)
             return
         while len(keys):
-            free = self.values[slots] == _FREE
+            free = self.values[slots] == FREE
             taken = slots[free]
             # keys that reach one free slot in the same round all write it and one write stays:
             # whichever it is claims the slot, the others probe on
@@ -98,7 +98,7 @@ class HashBucketMap:
             return
         while 2 * size > slots:
             slots *= 2
-        occupied = self.values != _FREE
+        occupied = self.values != FREE
         keys, values = self.keys[occupied], self.values[occupied]
         self._allocate(slots)
         self.size = 0
