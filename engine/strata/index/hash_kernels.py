@@ -10,7 +10,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from strata.index.hash_map import FREE
+# A slot is free when its value is negative: bucket ids are >= 0 and hash_map marks free slots
+# with FREE = -1. Testing the sign keeps this module free of imports from hash_map (a cycle).
 
 
 @numba.njit(cache=True, nogil=True)
@@ -21,7 +22,7 @@ def probe_get(table_keys: np.ndarray, table_values: np.ndarray, keys: np.ndarray
         slot = slots[i]
         while True:
             value = table_values[slot]
-            if value == FREE or table_keys[slot] == keys[i]:
+            if value < 0 or table_keys[slot] == keys[i]:
                 out[i] = value
                 break
             slot = (slot + 1) & mask
@@ -33,7 +34,7 @@ def probe_put(table_keys: np.ndarray, table_values: np.ndarray, keys: np.ndarray
     mask = table_values.shape[0] - 1
     for i in range(keys.shape[0]):
         slot = slots[i]
-        while table_values[slot] != FREE:
+        while table_values[slot] >= 0:
             slot = (slot + 1) & mask
         table_keys[slot] = keys[i]
         table_values[slot] = values[i]

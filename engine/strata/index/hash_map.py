@@ -17,7 +17,7 @@ from types import ModuleType
 import numpy as np
 
 MIN_SLOTS = 1024  # a power of two
-FREE = -1  # bucket ids are >= 0: a slot holding -1 is free
+FREE = -1  # bucket ids are >= 0: a slot holding -1 is free (hash_kernels tests the sign)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the slot comes from the product's high bits
 
 USE_COMPILED = True  # the tests turn it off to check the numpy probing too
