@@ -51,7 +51,12 @@ def write_hash_index(file_io: FileIO, table_path: str, file_name: str, partition
     """Write one bucket's hash codes as a new index file; its ADD entry."""
     frozen = np.array(hashes, dtype=np.int32)  # a copy: the cache must not see the caller's array change
     frozen.flags.writeable = False
-    path = f"{table_path.rstrip('/')}/index/{file_name}"
-    file_io.write_bytes(path, frozen.astype(_BIG_ENDIAN_INT32).tobytes())
+    index_dir = f"{table_path.rstrip('/')}/index"
+    path = f"{index_dir}/{file_name}"
+    # written as data files are: a new name no snapshot lists until the commit that adds it, so
+    # neither a temporary file nor an fsync (a commit rewrites every touched bucket's whole file)
+    file_io.mkdirs(index_dir)
+    with file_io.arrow_fs()[0].open_output_stream(file_io.arrow_path(path)) as out:
+        out.write(frozen.astype(_BIG_ENDIAN_INT32))
     _HASHES.put(path, frozen, frozen.nbytes)
     return hash_index_entry(file_name, partition, bucket, len(frozen))

@@ -441,7 +441,7 @@ class TableWrite:
 
     def _start_hash_index_writes(self) -> list[tuple[bytes, int, list[IndexManifestEntry], HashClaim, Future[Any]]]:
         """The new HASH index files of the buckets that got new keys, each written on the bucket
-        pool (a file holds every hash of its bucket; fsync and the byte swap release the GIL) while
+        pool (a file holds every hash of its bucket; the byte swap and the write release the GIL) while
         the buckets flush; their entries and claims, known before the files are."""
         assert self.assigner is not None
         file_io, table_path, pool = self.store.file_io, self.store.path, self._bucket_pool()
