@@ -82,14 +82,8 @@ class PartitionIndex:
     def assign(self, hashes: np.ndarray) -> np.ndarray:
         """The bucket (int64) of each row's key hash; new hashes are placed, in order of arrival,
         and remembered."""
-        found = self.map.get(hashes).astype(np.int64)
-        unknown = np.flatnonzero(found < 0)
-        if len(unknown):
-            import pandas as pd  # here: `import strata` stays free of pandas
-
-            codes, new = pd.factorize(hashes[unknown])  # distinct, in order of first appearance
-            placed = self._place(len(new))
-            found[unknown] = placed[codes]
+        found, new, placed = self.map.assign(hashes, self._place)
+        if len(new):
             self._remember(new, placed)
         return found
 
@@ -133,8 +127,7 @@ class PartitionIndex:
         return placed
 
     def _remember(self, hashes: np.ndarray, buckets: np.ndarray) -> None:
-        """Add new hashes (distinct, not in the map) with their buckets."""
-        self.map.put(hashes, buckets)
+        """Keep new hashes (distinct, just added to the map) for the buckets' next index files."""
         if (buckets == buckets[0]).all():  # the common case: a partition's new keys fill one bucket
             chunks = [(int(buckets[0]), hashes)]
         else:

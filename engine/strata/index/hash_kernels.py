@@ -38,3 +38,29 @@ def probe_put(table_keys: np.ndarray, table_values: np.ndarray, keys: np.ndarray
             slot = (slot + 1) & mask
         table_keys[slot] = keys[i]
         table_values[slot] = values[i]
+
+
+@numba.njit(cache=True, nogil=True)
+def probe_assign(table_keys: np.ndarray, table_values: np.ndarray, keys: np.ndarray, slots: np.ndarray,
+                 pending: int, out: np.ndarray, new_slots: np.ndarray) -> int:  # pragma: no cover (compiled)
+    """One probe per key: a key found gives its value; a key not found takes the free slot that
+    ended its probe, marked `pending`, and the slot is listed in new_slots (in order of first
+    appearance). Every key with a pending slot gets -(slot + 1) in out. Returns the new keys' count."""
+    mask = table_values.shape[0] - 1
+    added = 0
+    for i in range(keys.shape[0]):
+        slot = slots[i]
+        while True:
+            value = table_values[slot]
+            if value < 0:
+                table_keys[slot] = keys[i]
+                table_values[slot] = pending
+                new_slots[added] = slot
+                added += 1
+                out[i] = -(slot + 1)
+                break
+            if table_keys[slot] == keys[i]:
+                out[i] = -(slot + 1) if value == pending else value
+                break
+            slot = (slot + 1) & mask
+    return added

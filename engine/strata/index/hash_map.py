@@ -12,12 +12,14 @@ arrays' binary search, but keeps one layout and one behaviour for both.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
 
 MIN_SLOTS = 1024  # a power of two
 FREE = -1  # bucket ids are >= 0: a slot holding -1 is free (hash_kernels tests the sign)
+PENDING = 32767  # a key added by `assign` before its bucket is known (Paimon's bucket ids stay below)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the slot comes from the product's high bits
 
 USE_COMPILED = True  # the tests turn it off to check the numpy probing too
@@ -90,6 +92,46 @@ class HashBucketMap:
             self.values[slots[won]] = values[won]
             lost = ~won
             keys, values, slots = keys[lost], values[lost], (slots[lost] + 1) & self._mask
+
+    def assign(self, keys: np.ndarray, place: Callable[[int], np.ndarray]
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each key's bucket (int64); the keys not in the map get theirs from `place(count)`, given
+        the count of distinct new keys and answering their buckets in order of first appearance,
+        and are added. Returns the buckets, the new keys and theirs. If `place` raises, the map
+        is left as it was."""
+        keys = np.ascontiguousarray(keys, dtype=np.int32)
+        if self._compiled is None:
+            return self._assign_in_rounds(keys, place)
+        self._reserve(self.size + len(keys))  # every key may be new: no growth in the middle of a probe
+        out = np.empty(len(keys), dtype=np.int64)
+        new_slots = np.empty(len(keys), dtype=np.intp)
+        added = self._compiled.probe_assign(self.keys, self.values, keys, self._slots(keys), PENDING, out, new_slots)
+        new_slots = new_slots[:added]
+        try:
+            placed = np.asarray(place(added), dtype=np.int64)
+        except BaseException:
+            # the new keys hold slots that were free before: freeing them restores every probe sequence
+            self.values[new_slots] = FREE
+            raise
+        self.values[new_slots] = placed
+        self.size += added
+        waiting = np.flatnonzero(out < 0)
+        out[waiting] = self.values[-(out[waiting] + 1)]
+        return out, self.keys[new_slots], placed
+
+    def _assign_in_rounds(self, keys: np.ndarray, place: Callable[[int], np.ndarray]
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`assign` without the compiled probe: a lookup, the new keys' distinct values, an insert."""
+        import pandas as pd  # here: `import strata` stays free of pandas
+
+        found = self.get(keys).astype(np.int64)
+        unknown = np.flatnonzero(found < 0)
+        codes, new = pd.factorize(keys[unknown])  # distinct, in order of first appearance
+        new = np.asarray(new, dtype=np.int32)
+        placed = np.asarray(place(len(new)), dtype=np.int64)
+        found[unknown] = placed[codes]
+        self.put(new, placed)
+        return found, new, placed
 
     def _reserve(self, size: int) -> None:
         """Keep the table at most half full: a miss probes 2.5 slots on average then."""

@@ -83,6 +83,44 @@ def test_hash_map_equals_a_dict(probing, batches, min_slots):
             assert index.get(keys).tolist() == [model[h] for h in batch]
 
 
+@pytest.mark.parametrize("probing", PROBING)
+@settings(max_examples=150, deadline=None)
+@given(batches=BATCHES, min_slots=st.sampled_from([2, 4, 1024]))
+def test_hash_map_assign_equals_a_dict(probing, batches, min_slots):
+    """assign: known keys answer their bucket, new ones get place()'s answers in order of first
+    appearance (one per distinct key), and stay."""
+    model: dict[int, int] = {}
+    with _map_config(probing, min_slots):
+        index = HashBucketMap()
+        for i, batch in enumerate(batches):
+            new = list(dict.fromkeys(h for h in batch if h not in model))
+            values = [(i * 7 + j) % 32767 for j in range(len(new))]
+            asked: list[int] = []
+            buckets, added, placed = index.assign(
+                np.array(batch, dtype=np.int32), lambda n, v=values, a=asked: a.append(n) or np.array(v, np.int64))
+            model.update(zip(new, values, strict=True))
+            assert asked == [len(new)] and added.tolist() == new and placed.tolist() == values
+            assert buckets.tolist() == [model[h] for h in batch]
+            assert index.size == len(model) and 2 * index.size <= len(index.values)
+            assert index.get(np.array(list(model), dtype=np.int32)).tolist() == list(model.values())
+
+
+@pytest.mark.parametrize("probing", PROBING)
+def test_hash_map_assign_whose_placement_fails_leaves_the_map_as_it_was(probing):
+    def refuse(count: int) -> np.ndarray:
+        raise OverflowError(f"no room for {count}")
+
+    with _map_config(probing, 8):  # a small table: the new keys take slots in the known keys' probe sequences
+        index = HashBucketMap()
+        index.put(np.arange(3, dtype=np.int32), np.array([5, 6, 7], np.int16))
+        with pytest.raises(OverflowError, match="no room for 4"):
+            index.assign(np.array([9, 0, 10, 9, 11, 12], np.int32), refuse)
+        assert index.size == 3 and (index.values >= 0).sum() == 3
+        assert index.get(np.array([0, 1, 2, 9, 10, 11, 12], np.int32)).tolist() == [5, 6, 7, -1, -1, -1, -1]
+        buckets, added, _ = index.assign(np.array([12, 1], np.int32), lambda n: np.full(n, 4))
+        assert buckets.tolist() == [4, 6] and added.tolist() == [12]
+
+
 def test_an_index_read_from_files_holding_one_hash_twice_keeps_the_first_files_bucket():
     """Files of other writers may overlap (a conflict Paimon's writers do not check): each file is
     kept as it is, and the key goes where the first file says, as every lookup before did."""
