@@ -64,3 +64,30 @@ def probe_assign(table_keys: np.ndarray, table_values: np.ndarray, keys: np.ndar
                 break
             slot = (slot + 1) & mask
     return added
+
+
+@numba.njit(cache=True, nogil=True)
+def settle_pending(table_values: np.ndarray, new_slots: np.ndarray, placed: np.ndarray,
+                   out: np.ndarray) -> None:  # pragma: no cover (compiled)
+    """After probe_assign: the new keys' slots take their placed buckets, and every key that
+    waited on a slot (-(slot + 1) in out) takes its slot's bucket."""
+    for j in range(new_slots.shape[0]):
+        table_values[new_slots[j]] = placed[j]
+    for i in range(out.shape[0]):
+        if out[i] < 0:
+            out[i] = table_values[-(out[i] + 1)]
+
+@numba.njit(cache=True, nogil=True)
+def rehash(old_keys: np.ndarray, old_values: np.ndarray, table_keys: np.ndarray, table_values: np.ndarray,
+           golden: np.uint64, shift: np.uint64) -> None:  # pragma: no cover (compiled)
+    """Every occupied slot of the old table put in the new, empty one, its slot hashed as
+    HashBucketMap._slots does: one pass, without gathering the old keys first."""
+    mask = table_values.shape[0] - 1
+    for i in range(old_values.shape[0]):
+        if old_values[i] < 0:
+            continue
+        slot = np.int64((np.uint64(np.uint32(old_keys[i])) * golden) >> shift)  # int64: uint64 + int is float
+        while table_values[slot] >= 0:
+            slot = (slot + 1) & mask
+        table_keys[slot] = old_keys[i]
+        table_values[slot] = old_values[i]

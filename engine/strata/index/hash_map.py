@@ -113,10 +113,8 @@ class HashBucketMap:
             # the new keys hold slots that were free before: freeing them restores every probe sequence
             self.values[new_slots] = FREE
             raise
-        self.values[new_slots] = placed
+        self._compiled.settle_pending(self.values, new_slots, placed, out)
         self.size += added
-        waiting = np.flatnonzero(out < 0)
-        out[waiting] = self.values[-(out[waiting] + 1)]
         return out, self.keys[new_slots], placed
 
     def _assign_in_rounds(self, keys: np.ndarray, place: Callable[[int], np.ndarray]
@@ -140,6 +138,11 @@ class HashBucketMap:
             return
         while 2 * size > slots:
             slots *= 2
+        if self._compiled is not None:
+            old_keys, old_values = self.keys, self.values
+            self._allocate(slots)
+            self._compiled.rehash(old_keys, old_values, self.keys, self.values, _GOLDEN, self._shift)
+            return
         occupied = self.values != FREE
         keys, values = self.keys[occupied], self.values[occupied]
         self._allocate(slots)
