@@ -77,6 +77,7 @@ def settle_pending(table_values: np.ndarray, new_slots: np.ndarray, placed: np.n
         if out[i] < 0:
             out[i] = table_values[-(out[i] + 1)]
 
+
 @numba.njit(cache=True, nogil=True)
 def rehash(old_keys: np.ndarray, old_values: np.ndarray, table_keys: np.ndarray, table_values: np.ndarray,
            golden: np.uint64, shift: np.uint64) -> None:  # pragma: no cover (compiled)

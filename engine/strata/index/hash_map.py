@@ -102,7 +102,7 @@ class HashBucketMap:
         keys = np.ascontiguousarray(keys, dtype=np.int32)
         if self._compiled is None:
             return self._assign_in_rounds(keys, place)
-        self._reserve(self.size + len(keys))  # every key may be new: no growth in the middle of a probe
+        self._reserve_for_new(keys)  # the table must not grow in the middle of the probe
         out = np.empty(len(keys), dtype=np.int64)
         new_slots = np.empty(len(keys), dtype=np.intp)
         added = self._compiled.probe_assign(self.keys, self.values, keys, self._slots(keys), PENDING, out, new_slots)
@@ -130,6 +130,15 @@ class HashBucketMap:
         found[unknown] = placed[codes]
         self.put(new, placed)
         return found, new, placed
+
+    def _reserve_for_new(self, keys: np.ndarray) -> None:
+        """Room for every key of the batch that is new. Only when the batch does not fit the
+        table's headroom are the new ones counted first: a large batch of known keys must not
+        grow the table."""
+        if self.size + len(keys) <= len(self.values) // 2:
+            return
+        unknown = keys[self.get(keys) < 0]
+        self._reserve(self.size + len(np.unique(unknown)))
 
     def _reserve(self, size: int) -> None:
         """Keep the table at most half full: a miss probes 2.5 slots on average then."""

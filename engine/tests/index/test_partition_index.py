@@ -121,6 +121,19 @@ def test_hash_map_assign_whose_placement_fails_leaves_the_map_as_it_was(probing)
         assert buckets.tolist() == [4, 6] and added.tolist() == [12]
 
 
+@pytest.mark.parametrize("probing", PROBING)
+def test_hash_map_grows_for_the_new_keys_of_a_batch_not_for_its_rows(probing):
+    with _map_config(probing, 1024):
+        index = HashBucketMap()
+        index.put(np.arange(300, dtype=np.int32), np.zeros(300, np.int16))
+        known = np.tile(np.arange(300, dtype=np.int32), 100)  # 30k rows, every key known
+        assert index.assign(known, lambda n: np.full(n, 1))[0].tolist() == [0] * len(known)
+        assert len(index.values) == 1024
+        batch = np.concatenate([known, np.repeat(np.arange(300, 600, dtype=np.int32), 10)])  # 300 new, ten times
+        assert index.assign(batch, lambda n: np.full(n, 1))[0][-3000:].tolist() == [1] * 3000
+        assert index.size == 600 and len(index.values) == 2048
+
+
 def test_an_index_read_from_files_holding_one_hash_twice_keeps_the_first_files_bucket():
     """Files of other writers may overlap (a conflict Paimon's writers do not check): each file is
     kept as it is, and the key goes where the first file says, as every lookup before did."""
