@@ -89,6 +89,8 @@ class PartitionIndex:
 
     def _place(self, count: int) -> np.ndarray:
         """Buckets for `count` new hashes in arrival order: fill, then open, then spread."""
+        if count == 0:  # the map asks at every batch: no walk over the buckets for a batch of known keys
+            return np.empty(0, dtype=np.int64)
         chosen: list[int] = []
         sizes: list[int] = []
         remaining = count
