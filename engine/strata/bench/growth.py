@@ -4,7 +4,8 @@
 GROWTH_COMMIT  commit latency of a streaming writer (one writer, one commit user, 10-row
                commits to an append table, snapshot expiry and manifest merging at their
                defaults) over the 100 commits before snapshot 100, 1,000 and 10,000.
-               Target: p50 at 10,000 <= 1.5x p50 at 100.
+               Target: p50 at 10,000 <= 1.5x p50 at 100. Beside it, at each checkpoint, the
+               time to find the snapshot of a time halfway through (time travel by time).
 GROWTH_SCAN    scan planning time of a table with 100, 10,000 and 100,000 data files (100
                partitions; the files' metadata is real, copied from written files, so planning
                reads real manifests), whole table and a point filter on the partition, in a new
@@ -58,20 +59,32 @@ def commit_curve(work_dir: str, scale: float) -> PartResult:
     table = catalog.create_table("bench.commits", pa.schema([("id", pa.int64()), ("v", pa.int64())]))
     writer, commit = table.new_write("growth"), table.new_commit("growth")
     latencies: list[float] = []
+    by_time: dict[int, float] = {}
     for i in range(checkpoints[-1]):
         rows = pa.table({"id": np.arange(i * 10, i * 10 + 10), "v": np.full(10, i)})
         started = time.perf_counter()
         writer.write_arrow(rows)
         commit.commit(writer.prepare_commit(), identifier=i)
         latencies.append(time.perf_counter() - started)
+        if i + 1 in checkpoints:
+            by_time[i + 1] = _time_travel_seconds(table)
     writer.close()
     points = []
     for count in checkpoints:
         window = latencies[count - WINDOW:count]
         points.append({"snapshots": count, "p50_ms": 1000 * statistics.median(window),
-                       "p99_ms": 1000 * _percentile(window, 0.99)})
+                       "p99_ms": 1000 * _percentile(window, 0.99), "by_time_ms": 1000 * by_time[count]})
     return {"points": points, "live_snapshots": len(table.snapshots()),
             "manifests": len(table.manifest_store.read_manifest_list(table.latest_snapshot().base_manifest_list))}  # type: ignore[union-attr]
+
+
+def _time_travel_seconds(table: Any) -> float:
+    """Finding the snapshot of a time halfway through the table's life (what a time-travel read
+    or a stream from a timestamp does first), median of 5."""
+    manager = table.snapshot_manager
+    earliest, latest = manager.earliest_id(), manager.latest_id()
+    middle = manager.snapshot((earliest + latest) // 2).time_millis
+    return _median_seconds(lambda: manager.latest_at_or_before(middle), runs=5)
 
 
 def _commit_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
@@ -82,6 +95,7 @@ def _commit_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
             "p99": [(p["snapshots"], p["p99_ms"]) for p in points]})
     return {"value": last["p50_ms"], "reference": first["p50_ms"], "growth": last["p50_ms"] / first["p50_ms"],
             "curve": " ".join(f"{p['snapshots']}:{p['p50_ms']:.1f}/{p['p99_ms']:.1f}ms" for p in points),
+            "by_time_curve": " ".join(f"{p['snapshots']}:{p['by_time_ms']:.2f}ms" for p in points),
             "live_snapshots": parts["strata"]["live_snapshots"], "base_manifests": parts["strata"]["manifests"]}
 
 
@@ -326,7 +340,8 @@ WORKLOADS = {
         "commit latency p50/p99 after 100, 1,000, 10,000 snapshots (10-row commits, one writer)",
         Target("<=", 1.5), "growth", "p50 at last / p50 at 100",
         {"strata": commit_curve}, _commit_summary,
-        extra_lines=(("curve snapshots:p50/p99", "curve"), ("live snapshots", "live_snapshots"),
+        extra_lines=(("curve snapshots:p50/p99", "curve"), ("snapshot by time, snapshots:ms", "by_time_curve"),
+                     ("live snapshots", "live_snapshots"),
                      ("base manifests", "base_manifests"))),
     "GROWTH_SCAN": Workload(
         "scan planning with 100, 10,000, 100,000 data files (whole table / point filter)",

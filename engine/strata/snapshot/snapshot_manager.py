@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from strata.errors import CorruptMetadataError, SnapshotNotFoundError, StrataError
 from strata.fs import FileIO
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 PUBLISH_LOCK = ".publish.lock"  # not a snapshot-N name: Paimon's readers and our listings skip it
 _SNAPSHOT_FILE = re.compile(r"^snapshot-(\d+)$")
 WALK_WINDOW = 16  # snapshots a walk back reads at once from an object store
+TIME_SEARCH_ATTEMPTS = 3  # binary searches by time before a walk, when snapshots vanish under them
 
 
 class NothingPublishedError(StrataError):
@@ -213,16 +214,42 @@ class SnapshotManager:
         return True
 
     def earliest_at_or_after(self, time_millis: int) -> Snapshot | None:
-        for snap in self.snapshots():
-            if snap.time_millis >= time_millis:
-                return snap
-        return None
+        """The oldest live snapshot committed at or after `time_millis`, None if there is none."""
+        return self._time_boundary(lambda snap: snap.time_millis < time_millis)[1]
 
     def latest_at_or_before(self, time_millis: int) -> Snapshot | None:
-        found = None
+        """The newest live snapshot committed at or before `time_millis`, None if there is none."""
+        return self._time_boundary(lambda snap: snap.time_millis <= time_millis)[0]
+
+    def _time_boundary(self, before: Callable[[Snapshot], bool]) -> tuple[Snapshot | None, Snapshot | None]:
+        """The last live snapshot for which `before` holds and the first for which it does not.
+        A commit stamps its time as it builds on the latest snapshot, so times grow with ids and
+        `before` (a time bound) holds on a prefix of them: a binary search reads O(log n)
+        snapshots, as Paimon's SnapshotManager does, where a walk read every older one. A
+        snapshot expired or rolled back during the search restarts it on the new live range;
+        if that keeps happening, the walk decides."""
+        for _ in range(TIME_SEARCH_ATTEMPTS):
+            earliest, latest = self.earliest_id(), self.latest_id()
+            if earliest is None or latest is None:
+                return None, None
+            last_before: Snapshot | None = None
+            first_after: Snapshot | None = None
+            low, high = earliest, latest
+            try:
+                while low <= high:
+                    mid = (low + high) // 2
+                    snap = self.snapshot(mid)
+                    if before(snap):
+                        last_before, low = snap, mid + 1
+                    else:
+                        first_after, high = snap, mid - 1
+            except SnapshotNotFoundError:
+                continue
+            return last_before, first_after
+        last_before = first_after = None
         for snap in self.snapshots():
-            if snap.time_millis <= time_millis:
-                found = snap
-            else:
+            if not before(snap):
+                first_after = snap
                 break
-        return found
+            last_before = snap
+        return last_before, first_after
