@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,36 +67,58 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text)
 
 
-def snapshot_points(table: Table) -> list[tuple[int, Point | None]]:
-    """(snapshot id, point) of each live snapshot, oldest first; None where a snapshot mixes
-    inconsistent upstream positions. A COMPACT snapshot without lineage keeps the point before it."""
-    out: list[tuple[int, Point | None]] = []
-    previous: Point | None = None
-    for snap in table.snapshots():
+def _newest_points(table: Table) -> Iterator[tuple[Point | None, int]]:
+    """(point, snapshot id) down the table's live snapshots, newest first; None where a snapshot
+    mixes inconsistent upstream positions. A COMPACT snapshot without lineage has the point of the
+    snapshot before it, so a run of them is yielded with that point, under the run's newest id."""
+    manager = table.snapshot_manager
+    latest = manager.latest_id()
+    if latest is None:
+        return
+    compacted: list[int] = []  # the run of COMPACT snapshots without lineage just walked, newest first
+    for snap in manager.newest_first(latest, (manager.earliest_id() or 1) - 1):
         lineage = parse_lineage(snap.properties)
-        point: Point | None
+        if lineage is None and snap.commit_kind == CommitKind.COMPACT:
+            compacted.append(snap.id)
+            continue
         if lineage is not None:
             point = _point(lineage.roots) if lineage.consistent else None
-        elif snap.commit_kind == CommitKind.COMPACT and out:
-            point = previous
         else:
-            point = _point({str(table.identifier): str(data_version(table, snap.id))})
-        out.append((snap.id, point))
-        previous = point
-    return out
+            point = _point({str(table.identifier): str(snap.id)})  # a root at its data version
+        yield point, compacted[0] if compacted else snap.id
+        compacted = []
+    if compacted:  # the oldest live snapshots compacted data whose commit has expired
+        yield _point({str(table.identifier): str(data_version(table, compacted[-1]))}), compacted[0]
+
+
+class _Candidates:
+    """A table's distinct points, newest first, each with its newest snapshot, walked lazily and
+    remembered: the search stops at the newest consistent set, so when the tables' newest
+    snapshots agree it reads one snapshot of each, and no snapshot is read twice. (Positions are
+    opaque strings: proving that a table never reached a point still walks its whole history.)"""
+
+    def __init__(self, table: Table):
+        self._walk = _newest_points(table)
+        self._seen: set[Point] = set()
+        self._known: list[tuple[Point, int]] = []
+
+    def __iter__(self) -> Iterator[tuple[Point, int]]:
+        i = 0
+        while i < len(self._known) or self._walk_to_next():
+            yield self._known[i]
+            i += 1
+
+    def _walk_to_next(self) -> bool:
+        for point, sid in self._walk:
+            if point and point not in self._seen:
+                self._seen.add(point)
+                self._known.append((point, sid))
+                return True
+        return False
 
 
 def _point(roots: Mapping[str, str]) -> Point:
     return tuple(sorted(roots.items()))
-
-
-def _candidates(table: Table) -> list[tuple[Point, int]]:
-    """Distinct points of a table, newest first, each with its newest snapshot."""
-    newest: dict[Point, int] = {}
-    for sid, point in snapshot_points(table):
-        if point:
-            newest[point] = sid
-    return sorted(newest.items(), key=lambda item: -item[1])
 
 
 def consistent_set(tables: Sequence[Table]) -> ConsistentSet | None:
@@ -106,7 +128,7 @@ def consistent_set(tables: Sequence[Table]) -> ConsistentSet | None:
     names = [str(t.identifier) for t in tables]
     if len(set(names)) != len(names):
         raise ValueError(f"tables of a consistent set must be distinct, got {names}")
-    candidates = [_candidates(t) for t in tables]
+    candidates = [_Candidates(t) for t in tables]
     chosen = _search(candidates, [], {})
     if chosen is None:
         return None
@@ -116,7 +138,7 @@ def consistent_set(tables: Sequence[Table]) -> ConsistentSet | None:
     return ConsistentSet(point, {name: sid for name, (_, sid) in zip(names, chosen, strict=True)})
 
 
-def _search(candidates: list[list[tuple[Point, int]]], chosen: list[tuple[Point, int]],
+def _search(candidates: Sequence[_Candidates], chosen: list[tuple[Point, int]],
             fixed: dict[str, str]) -> list[tuple[Point, int]] | None:
     """Depth-first over the tables in order, newest point first; `fixed` is the roots chosen so far."""
     if len(chosen) == len(candidates):

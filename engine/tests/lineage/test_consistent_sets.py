@@ -20,6 +20,7 @@ from strata.lineage import (
     tag_consistent_set,
 )
 from strata.lineage.record import CONFLICT_KEY, JOB_KEY, ROOT_PREFIX, SOURCE_PREFIX
+from strata.snapshot.snapshot_manager import SnapshotManager
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pipeline_model import (
@@ -90,6 +91,29 @@ def test_compaction_keeps_the_point(pipeline: Pipeline) -> None:
     cset = consistent_set(pipeline.tables)
     assert cset.snapshots["db.totals"] == pipeline.totals.snapshot_manager.latest_id()
     assert join_rows(*read_consistent(pipeline.tables, cset).values()) == expected_join(30)
+
+
+def _reads_of_consistent_set(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> int:
+    expected = consistent_set(pipeline.tables)
+    reads: list[int] = []
+    read = SnapshotManager.snapshot
+    with monkeypatch.context() as patch:
+        patch.setattr(SnapshotManager, "snapshot", lambda self, sid: reads.append(sid) or read(self, sid))
+        assert consistent_set(pipeline.tables) == expected
+    return len(reads)
+
+
+def test_consistent_set_reads_down_to_the_set_not_the_whole_history(pipeline: Pipeline,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    for _ in range(12):  # every stage ran at the last step: the newest snapshots are the set
+        pipeline.step()
+    early = _reads_of_consistent_set(pipeline, monkeypatch)
+    for _ in range(24):  # the same phase of the stages (every 2 and 3 steps), three times the history
+        pipeline.step()
+    assert _reads_of_consistent_set(pipeline, monkeypatch) == early == len(pipeline.tables)
+    pipeline.step()  # orders ahead: proving that totals never reached its newest point walks totals
+    live = sum(len(t.snapshots()) for t in pipeline.tables)
+    assert _reads_of_consistent_set(pipeline, monkeypatch) <= live  # each snapshot read once at most
 
 
 def test_manual_write_into_a_derived_table_is_not_consistent(pipeline: Pipeline) -> None:
