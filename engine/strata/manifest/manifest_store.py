@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +22,7 @@ from strata.schema.table_schema import TableSchema
 
 # about 200 bytes a decoded entry: some 100 MB at most
 DECODED_MANIFESTS = DecodedFileCache(max_weight=500_000)
+PRUNING_PARTITIONS = 64  # partitions a commit looks for by the manifests' partition stats (read_entries_in)
 
 
 class ManifestStore:
@@ -139,6 +141,26 @@ class ManifestStore:
             out.extend(self.read_manifest(meta.file_name))
         return out
 
+    def read_entries_in(self, metas: Iterable[ManifestFileMeta], partitions: Collection[bytes]) -> list[ManifestEntry]:
+        """The entries of `metas` in `partitions` (serialized BinaryRows), reading only the
+        manifests whose partition stats may hold one of them (every manifest when there are
+        more than PRUNING_PARTITIONS to look for: comparing would cost more than it saves)."""
+        wanted = set(partitions)
+        if self.partition_types and len(wanted) <= PRUNING_PARTITIONS:
+            rows = [binary_row.deserialize(p, self.partition_types) for p in wanted]
+            metas = [m for m in metas if self._may_hold(m.partition_stats, rows)]
+        return [e for e in self.read_entries(metas) if e.partition in wanted]
+
+    def _may_hold(self, stats: SimpleStats, rows: list[list[Any]]) -> bool:
+        """Whether a manifest with these partition stats may hold a partition of `rows`."""
+        if stats.is_empty():
+            return True
+        lows = binary_row.deserialize(stats.min_values, self.partition_types)
+        highs = binary_row.deserialize(stats.max_values, self.partition_types)
+        nulls = stats.null_counts
+        return any(all(_may_hold_value(v, lows[i], highs[i], nulls[i] if i < len(nulls) else None)
+                       for i, v in enumerate(row)) for row in rows)
+
     # -- merging (ManifestFileMerger) -----------------------------------------------------------
     def merge(self, metas: list[ManifestFileMeta], paths: PathFactory) -> list[ManifestFileMeta]:
         """Rewrite small manifests into bigger ones once there are merge_min_count of them.
@@ -152,6 +174,18 @@ class ManifestStore:
         # unmatched DELETEs must survive: their ADD may sit in a large manifest
         merged = merge_entries(self.read_entries(small))
         return large + self.write_manifests(merged, paths)
+
+
+def _may_hold_value(value: Any, low: Any, high: Any, nulls: int | None) -> bool:
+    if value is None:
+        return nulls is None or nulls > 0
+    if low is None or high is None:
+        # partition stats cover every entry: no bounds with a null count means only nulls
+        return nulls is None
+    try:
+        return bool(low <= value <= high) or (isinstance(value, float) and math.isnan(value))  # NaN: no order
+    except TypeError:
+        return True
 
 
 def partition_types(schema: TableSchema) -> list[pa.DataType]:

@@ -80,6 +80,15 @@ class _Change:
     hash_claims: list[HashClaim] = field(default_factory=list)  # new keys of dynamic-bucket index files
 
 
+def _touched_partitions(change: _Change) -> set[bytes] | None:
+    """The partitions a change adds to, deletes from, marks rows in or overwrites; None when it
+    overwrites the whole table."""
+    if change.overwrite_partitions is not None and not change.overwrite_partitions:
+        return None
+    return ({e.partition for e in change.entries} | {e.partition for e in change.index}
+            | set(change.overwrite_partitions or ()))
+
+
 class FileStoreCommit:
     def __init__(self, file_io: FileIO, table_path: str, schema: TableSchema, commit_user: str,
                  publish: Callable[[SnapshotManager, Snapshot], bool] | None = None, branch: str | None = None):
@@ -416,7 +425,7 @@ class FileStoreCommit:
         entries = change.entries
         if change.overwrite_partitions is not None or change.kind == CommitKind.COMPACT \
                 or any(e.kind == FileKind.DELETE for e in entries) or (self.append_vectors and change.index):
-            live = self._live_entries(base_metas)
+            live = self._live_entries(base_metas, change)
             if change.overwrite_partitions is not None:
                 entries = self._overwrite_entries(live, change)
             check_conflicts(live, entries, self.key_order, self.table_path)
@@ -481,9 +490,20 @@ class FileStoreCommit:
         self._attempt_index_manifest = self.manifests.write_index_manifest(entries, self.paths)
         return self._attempt_index_manifest
 
-    def _live_entries(self, base_metas: list) -> list[ManifestEntry]:
+    def _live_entries(self, base_metas: list, change: _Change) -> list[ManifestEntry]:
+        """The live files of the latest snapshot in the partitions `change` touches (all of them
+        for an overwrite of the whole table): a commit conflicts only where it changes files, so
+        its checks cost what those partitions hold, not the table. Should a file the change
+        deletes be missing there (partition stats that do not cover their manifest's entries),
+        the whole table is read before calling it a conflict."""
         from strata.manifest.manifest_entry import live_files
 
+        partitions = _touched_partitions(change)
+        if partitions is not None:
+            live = live_files(self.manifests.read_entries_in(base_metas, partitions))
+            present = {e.identifier() for e in live}
+            if all(e.identifier() in present for e in change.entries if e.kind == FileKind.DELETE):
+                return live
         return live_files(self.manifests.read_entries(base_metas))
 
     def _overwrite_entries(self, live: list[ManifestEntry], change: _Change) -> list[ManifestEntry]:
