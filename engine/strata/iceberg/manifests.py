@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from strata.fs import FileIO
+from strata.fs.decoded_cache import DecodedFileCache
 from strata.iceberg.types import avro_partition_type, avro_partition_value, bound_bytes
 from strata.manifest.avro_container import read_container, strip_logical_types, write_container
 
@@ -32,6 +33,8 @@ DATA, DELETES = 0, 1  # manifest / file content
 EXISTING, ADDED, DELETED = 0, 1, 2  # entry status
 FORMAT_VERSION = 2  # the default; 3 adds row lineage and deletion vectors
 FORMAT_VERSIONS = (2, 3)
+DECODED_ENTRIES = DecodedFileCache(max_weight=500_000)  # manifest path -> its entries (read_entries)
+LIVE_PATHS = DecodedFileCache(max_weight=500_000)  # manifest path -> its files' paths (live_paths)
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545  # position-delete file columns (reserved ids)
 POSITION_DELETE_SCHEMA = pa.schema([
     pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
@@ -286,7 +289,24 @@ def read_manifest_list(file_io: FileIO, path: str) -> list[ManifestFile]:
 
 
 def read_entries(file_io: FileIO, manifest: ManifestFile, spec: Sequence[PartitionField]) -> list[Entry]:
-    return decode_entries(file_io.read_bytes(manifest.path), spec, manifest.path)
+    """A manifest's entries, decoded once per process (manifests are immutable, written under
+    fresh names): a writer's syncs look at the same carried manifests commit after commit.
+    Callers must not modify them."""
+    entries: list[Entry] | None = DECODED_ENTRIES.get(manifest.path)
+    if entries is None:
+        entries = decode_entries(file_io.read_bytes(manifest.path), spec, manifest.path)
+        DECODED_ENTRIES.put(manifest.path, entries, len(entries))
+    return entries
+
+
+def live_paths(file_io: FileIO, manifest: ManifestFile, spec: Sequence[PartitionField]) -> frozenset[str]:
+    """The paths of a manifest's files that are not DELETED entries, kept per process as its
+    entries are: a sync asks each carried manifest whether it lists a file a commit removed."""
+    paths: frozenset[str] | None = LIVE_PATHS.get(manifest.path)
+    if paths is None:
+        paths = frozenset(e.file.path for e in read_entries(file_io, manifest, spec) if e.status != DELETED)
+        LIVE_PATHS.put(manifest.path, paths, len(paths))
+    return paths
 
 
 def listed_files(file_io: FileIO, manifest_list: str, spec: Sequence[PartitionField], content: int) -> list[DataFile]:

@@ -24,15 +24,19 @@ publishes two), so ``FOR VERSION AS OF n`` is Paimon's snapshot n. Data file pat
 Paimon's export spells them (the table path, no ``file://`` added), so Paimon and Strata can take
 turns on one table's Iceberg history.
 
-Cost: an APPEND snapshot adds one manifest and carries the previous manifests forward; any other
-snapshot (compaction, overwrite, changed deletion vectors) rewrites the manifests of the visible
-files, and a position-delete file (a Puffin file) is written once per vector (per index file) and
-reused while its index file lives.
+Cost: a snapshot that follows the previously synced one adds one manifest for its visible new
+files and carries the previous manifests forward; those listing a file it removes (a compaction,
+an overwrite) are rewritten without it, the rest unchanged. Changed deletion vectors, a schema or
+format change, or a gap rewrite the manifests of every visible file; a position-delete file (a
+Puffin file) is written once per vector (per index file) and reused while its index file lives.
+Decoded manifests are kept per process (they are immutable), so a writer's syncs do not read
+the manifests they carry again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import uuid
@@ -63,6 +67,14 @@ log = logging.getLogger(__name__)
 MANIFEST_CHUNK = 20_000  # entries per manifest of a full rewrite (bounds each file's size)
 MAX_CATCH_UP = 8  # unpublished snapshots a sync still publishes one by one before the latest
 PUBLISH_ATTEMPTS = 5  # versions a sync tries while concurrent syncs keep taking the next one
+
+
+def _existing(entry: im.Entry, manifest: im.ManifestFile) -> im.Entry:
+    """An entry of a rewritten manifest as it was: its snapshot and sequence number explicit
+    (they may have been inherited from `manifest`), its row ids those of the new manifest."""
+    return im.Entry(im.EXISTING, entry.snapshot_id if entry.snapshot_id is not None else manifest.added_snapshot_id,
+                    entry.sequence_number if entry.sequence_number is not None else manifest.sequence_number,
+                    dataclasses.replace(entry.file, first_row_id=None))
 
 
 def sync_after_commit(table: FileStore | HasStore) -> None:
@@ -331,7 +343,7 @@ class IcebergSync:
     # -- manifests ---------------------------------------------------------------------------------
     def _manifest_list(self, snapshot: Snapshot, previous: dict[str, Any] | None
                        ) -> tuple[str, bool, dict[str, int], tuple[int, int] | None]:
-        carried = self._append_delta(snapshot, previous)
+        carried = self._append_delta(snapshot, previous) or self._rewrite_delta(snapshot, previous)
         if carried is not None:
             manifests, added = carried
             full = False
@@ -372,25 +384,73 @@ class IcebergSync:
                       ) -> tuple[list[im.ManifestFile], list[im.ManifestFile]] | None:
         """An APPEND right after the previously synced snapshot: its visible new files in one new
         manifest, the previous manifests carried forward. None when a full rewrite is needed."""
-        if previous is None or snapshot.commit_kind != CommitKind.APPEND or \
-                current_id(previous) != snapshot.id - 1 or snapshot.schema_id != previous["current-schema-id"] \
-                or format_version_of(previous) != self.format_version:
+        if snapshot.commit_kind != CommitKind.APPEND:
             return None
-        store = self.store.manifest_store
-        delta = merge_entries(store.read_entries(store.read_manifest_list(snapshot.delta_manifest_list)))
+        base = self._delta_base(snapshot, previous)
+        if base is None:
+            return None
+        delta, carried = base
         if any(e.kind != FileKind.ADD for e in delta):
+            return None
+        return carried, self._added_manifest(snapshot, self._visible(delta))
+
+    def _rewrite_delta(self, snapshot: Snapshot, previous: dict[str, Any] | None
+                       ) -> tuple[list[im.ManifestFile], list[im.ManifestFile]] | None:
+        """Any other snapshot right after the previously synced one (a compaction, an overwrite):
+        the previous manifests that list none of the visible files it removes carried forward,
+        those that do rewritten without them (their other files EXISTING, as they were), its
+        visible new files in one new manifest. A rewrite of every manifest cost a compaction
+        commit time in proportion to the table's files. None when a full rewrite is needed,
+        also when a removed file is not where the previous metadata should list it."""
+        base = self._delta_base(snapshot, previous)
+        if base is None:
+            return None
+        delta, carried = base
+        removed = {self._path(e) for e in self._visible([e for e in delta if e.kind == FileKind.DELETE])}
+        added = self._visible([e for e in delta if e.kind == FileKind.ADD])
+        moved = removed & {self._path(e) for e in added}  # e.g. upgraded between two visible levels
+        removed -= moved
+        added = [e for e in added if self._path(e) not in moved]
+        kept: list[im.ManifestFile] = []
+        found = 0
+        for manifest in carried:
+            listed = removed & im.live_paths(self.file_io, manifest, self.spec) \
+                if manifest.content == im.DATA and removed else set()
+            if not listed:
+                kept.append(manifest)
+                continue
+            found += len(listed)
+            rest = [_existing(e, manifest) for e in im.read_entries(self.file_io, manifest, self.spec)
+                    if e.status != im.DELETED and e.file.path not in listed]
+            if rest:
+                kept.append(self._write_manifest(rest, im.DATA, snapshot.id))
+        if found != len(removed):
+            return None
+        return kept, self._added_manifest(snapshot, added)
+
+    def _delta_base(self, snapshot: Snapshot, previous: dict[str, Any] | None
+                    ) -> tuple[list[ManifestEntry], list[im.ManifestFile]] | None:
+        """The snapshot's merged delta and the previous metadata's manifests, when the snapshot
+        follows the previously synced one directly, under its schema and format version, with the
+        same deletion vectors (their delete files are carried as they are); else None."""
+        if previous is None or current_id(previous) != snapshot.id - 1 or \
+                snapshot.schema_id != previous["current-schema-id"] or \
+                format_version_of(previous) != self.format_version:
             return None
         if self.deletion_vectors and self._index_changed(snapshot):
             return None
-        visible = self._visible(delta)
         carried = im.read_manifest_list(self.file_io, current_snapshot(previous)["manifest-list"])
         if self.format_version >= 3 and "paimon.snapshot-id" not in previous.get("properties", {}) and \
                 any(m.content == im.DELETES for m in carried):
             return None  # Paimon's format-3 deletes point into its index files: replaced by Puffin files
+        store = self.store.manifest_store
+        return merge_entries(store.read_entries(store.read_manifest_list(snapshot.delta_manifest_list))), carried
+
+    def _added_manifest(self, snapshot: Snapshot, visible: list[ManifestEntry]) -> list[im.ManifestFile]:
         if not visible:
-            return carried, []
+            return []
         entries = [im.Entry(im.ADDED, snapshot.id, snapshot.id, f) for f in self._data_files(visible, {})]
-        return carried, [self._write_manifest(entries, im.DATA, snapshot.id)]
+        return [self._write_manifest(entries, im.DATA, snapshot.id)]
 
     def _index_changed(self, snapshot: Snapshot) -> bool:
         manager = self.store.snapshot_manager
@@ -428,8 +488,11 @@ class IcebergSync:
         data = im.encode_manifest(entries, self.spec, self.metadata.spec_json(), self.metadata.iceberg_schema, content,
                                   self.compression, self.format_version)
         self.file_io.write_bytes(path, data)
-        return im.ManifestFile(path, len(data), content, snapshot_id, snapshot_id, snapshot_id, len(entries), 0,
-                               sum(e.file.record_count for e in entries), 0, self._summaries(entries))
+        added = [e for e in entries if e.status == im.ADDED]
+        existing = [e for e in entries if e.status == im.EXISTING]
+        return im.ManifestFile(path, len(data), content, snapshot_id, min(e.sequence_number for e in entries),
+                               snapshot_id, len(added), len(existing), sum(e.file.record_count for e in added),
+                               sum(e.file.record_count for e in existing), self._summaries(entries))
 
     def _summaries(self, entries: list[im.Entry]) -> list[dict[str, Any]]:
         out = []

@@ -21,7 +21,7 @@ from strata.iceberg import IcebergSync, latest_metadata_location
 from strata.iceberg import layout as layout_module
 from strata.iceberg import sync as sync_module
 from strata.iceberg.layout import read_layouts, split_units
-from strata.iceberg.manifests import ManifestFile, decode_manifest_list, encode_manifest_list
+from strata.iceberg.manifests import EXISTING, ManifestFile, decode_manifest_list, encode_manifest_list, read_entries
 from strata.io import data_file_writer
 from strata.table.table import Table
 
@@ -179,6 +179,68 @@ def test_appends_carry_manifests_forward(catalog: strata.Catalog, warehouse_opti
 
 
 @pytest.mark.local_storage_only(reason="blocks the metadata directory with a local file")
+def test_a_snapshot_removing_files_rewrites_only_the_manifests_listing_them(
+        catalog: strata.Catalog, warehouse_options: dict[str, str]) -> None:
+    """An overwrite (or a compaction) carries the manifests that list none of the files it
+    removes and rewrites those that do, their other files EXISTING with the snapshot and
+    sequence number they were added with: rewriting every manifest cost each such commit what
+    the whole table holds."""
+    schema = pa.schema([("p", pa.int32()), ("id", pa.int64())])
+    table = catalog.create_table("db.parts", schema, partition_keys=["p"], options=ICEBERG)
+    table.write(pa.table({"p": pa.array([0, 1, 2, 3], pa.int32()), "id": [0, 10, 20, 30]}))  # one manifest
+    table.write(pa.table({"p": pa.array([4], pa.int32()), "id": [40]}))  # another
+    table.write(pa.table({"p": pa.array([1], pa.int32()), "id": [11]}), mode="overwrite-dynamic")
+    before, after = (decode_manifest_list(table.file_io.read_bytes(_manifest_list(table, sid)), "list")
+                     for sid in (2, 3))
+    assert after[1] == before[1], "the manifest without partition 1 is carried as it is"
+    rewritten, added = after[0], after[2]
+    assert rewritten.path != before[0].path and (rewritten.added_files, rewritten.existing_files) == (0, 3)
+    assert (added.added_files, added.existing_files, added.added_snapshot_id) == (1, 0, 3)
+    entries = read_entries(table.file_io, rewritten, IcebergSync(table).spec)
+    assert {(e.status, e.snapshot_id, e.sequence_number) for e in entries} == {(EXISTING, 1, 1)}
+    assert rewritten.min_sequence_number == 1
+    assert_same(table, warehouse_options)
+    assert_same(table, warehouse_options, snapshot_id=2)
+
+
+def test_rewritten_manifests_keep_typed_partition_values(catalog: strata.Catalog,
+                                                         warehouse_options: dict[str, str]) -> None:
+    """Date, timestamp, decimal and string partitions read back from a manifest and written
+    into its rewrite: the partition summaries and pruning still hold."""
+    table = catalog.create_table("db.typed", TYPES, partition_keys=["d", "ts", "amount", "day"], options=ICEBERG)
+    table.write(typed_rows(0, 6))
+    table.write(typed_rows(2, 1), mode="overwrite-dynamic")
+    after = decode_manifest_list(table.file_io.read_bytes(_manifest_list(table, 2)), "list")
+    assert [(m.added_files, m.existing_files) for m in after] == [(0, 5), (1, 0)]
+    assert_same(table, warehouse_options)
+    got, facts = iceberg(table, warehouse_options, row_filter="d = '2026-01-04'")
+    assert rows(got) == rows(table.to_arrow(filter=strata.col("d") == dt.date(2026, 1, 4)))
+    assert facts["planned"] == 1
+
+
+def test_a_compaction_below_the_top_level_keeps_the_manifests(catalog: strata.Catalog,
+                                                               warehouse_options: dict[str, str]) -> None:
+    """A primary-key table shows Iceberg its top level only: a compaction that leaves the top
+    level alone changes no manifest."""
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string())])
+    table = catalog.create_table("db.pk", schema, primary_keys=["k"],
+                                 options={**ICEBERG, "bucket": "1", "write-only": "true"})
+    table.write(pa.table({"k": range(100_000), "v": ["a"] * 100_000}, schema=schema))
+    table.compact(full=True)
+    for i in range(5):  # five small sorted runs against a large top level: merged into the level below it
+        table.write(pa.table({"k": [i], "v": [f"x{i}"]}, schema=schema))
+    before = table.latest_snapshot().id
+    table.compact(full=False)
+    compacted = table.latest_snapshot()
+    levels = sorted(f.level for split in table.new_scan().plan().splits for f in split.files)
+    assert compacted.commit_kind == "COMPACT" and levels == [table.core.num_levels - 2, table.core.num_levels - 1]
+    lists = [decode_manifest_list(table.file_io.read_bytes(_manifest_list(table, sid)), "list")
+             for sid in (before, compacted.id)]
+    assert lists[1] == lists[0]
+    got, _ = iceberg(table, warehouse_options)
+    assert rows(got) == rows(table.to_arrow(read_optimized=True))
+
+
 def test_failed_sync_never_fails_the_commit_and_the_cli_catches_up(catalog: strata.Catalog, warehouse: str,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     schema = pa.schema([("id", pa.int64())])
