@@ -127,7 +127,7 @@ def test_describe(populated: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "Primary key:    id, dt" in out
     assert "Partition keys: dt" in out
     assert "bucket = 4" in out
-    assert "Latest snapshot: 1 (APPEND" in out
+    assert "Latest snapshot: 1 (APPEND" in out and "1 snapshot(s) retained" in out
     assert "in 3 partition(s)" in out
     assert "6 rows" in out
 
