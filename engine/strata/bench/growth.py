@@ -9,7 +9,8 @@ GROWTH_COMMIT  commit latency of a streaming writer (one writer, one commit user
 GROWTH_SCAN    scan planning time of a table with 100, 10,000 and 100,000 data files (100
                partitions; the files' metadata is real, copied from written files, so planning
                reads real manifests), whole table and a point filter on the partition, in a new
-               process (cold) and again with the manifests decoded (warm).
+               process (cold) and again with the manifests decoded (warm). Beside it, the commit
+               of a one-partition overwrite (conflict checks and Iceberg metadata included).
                Target: planning the whole 100,000-file table <= 2 s.
 GROWTH_UPSERT  sustained upserts in the W2s shape (strata.bench.compaction) on a base of 1M, 10M
                and 30M rows (times --scale), fully compacted before the timed commits (no debt
@@ -112,10 +113,32 @@ def scan_curve(work_dir: str, scale: float) -> PartResult:
         point = _median_seconds(lambda t=fresh: t.new_scan(filter=strata.col("p") == 42).plan())
         planned = sum(len(s.files) for s in fresh.new_scan().plan().splits)
         assert planned == count, (planned, count)
+        first_overwrite, overwrite = _partition_overwrite_seconds(fresh)
         points.append({"files": count, "plan_seconds": cold, "point_plan_seconds": cold_point,
-                       "warm_plan_seconds": whole, "warm_point_plan_seconds": point})
+                       "warm_plan_seconds": whole, "warm_point_plan_seconds": point,
+                       "first_overwrite_seconds": first_overwrite, "overwrite_seconds": overwrite})
         del table
     return {"points": points}
+
+
+def _partition_overwrite_seconds(table: Any) -> tuple[float, float]:
+    """Commit of an overwrite of one partition (with its Iceberg metadata): the first, then the
+    median of three more of the same partition (compactions and overwrites come back to the same
+    partitions). The first rewrites the Iceberg manifest that listed the partition's files among
+    others; the next ones only the partition's own."""
+    import pyarrow as pa
+
+    def overwrite(p: int) -> float:
+        with table.new_write("overwrite", overwrite=True) as writer:
+            writer.write_arrow(pa.table({"p": pa.array([p], pa.int32()), "id": [p]}))
+            messages = writer.prepare_commit()
+        commit = table.new_commit("overwrite")
+        started = time.perf_counter()
+        commit.overwrite(messages, partition={"p": p})
+        return time.perf_counter() - started
+
+    first = overwrite(0)
+    return first, statistics.median(overwrite(0) for _ in range(3))
 
 
 _COLD_PLAN = """
@@ -162,7 +185,7 @@ def _table_with_files(work_dir: str, count: int) -> Any:
     catalog = strata.load_catalog(_fresh(f"{work_dir}/growth-scan-{count}"))
     catalog.create_database("bench")
     table = catalog.create_table("bench.files", pa.schema([("p", pa.int32()), ("id", pa.int64())]),
-                                 partition_keys=["p"])
+                                 partition_keys=["p"], options={"metadata.iceberg.storage": "table-location"})
     with table.new_write("seed") as writer:
         writer.write_arrow(pa.table({"p": pa.array(np.arange(SCAN_PARTITIONS), pa.int32()),
                                      "id": np.arange(SCAN_PARTITIONS)}))
@@ -196,7 +219,9 @@ def _scan_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
     return {"value": last["plan_seconds"], "point_filter_seconds": last["point_plan_seconds"],
             "curve": " ".join(f"{p['files']}:{p['plan_seconds']:.3f}/{p['point_plan_seconds']:.3f}s" for p in points),
             "warm_curve": " ".join(f"{p['files']}:{p['warm_plan_seconds']:.3f}/{p['warm_point_plan_seconds']:.3f}s"
-                                   for p in points)}
+                                   for p in points),
+            "overwrite_curve": " ".join(f"{p['files']}:{p['first_overwrite_seconds']:.3f}/{p['overwrite_seconds']:.3f}s"
+                                        for p in points)}
 
 
 # -- sustained upserts ---------------------------------------------------------------------------
@@ -348,7 +373,8 @@ WORKLOADS = {
         Target("<=", 2.0), "value", "seconds to plan 100,000 files",
         {"strata": scan_curve}, _scan_summary,
         extra_lines=(("cold curve files:whole/point", "curve"), ("warm curve (cached manifests)", "warm_curve"),
-                     ("point filter s", "point_filter_seconds"))),
+                     ("point filter s", "point_filter_seconds"),
+                     ("one-partition overwrite files:first/again s", "overwrite_curve"))),
     "GROWTH_UPSERT": Workload(
         "sustained upserts (W2s) on a base of 1M, 10M, 30M rows: throughput at the largest / at 1M",
         Target(">=", 0.7), "ratio", "rows/s ratio largest/1M",

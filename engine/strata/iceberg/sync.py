@@ -65,6 +65,7 @@ from strata.store import FileStore, HasStore, store_of
 log = logging.getLogger(__name__)
 
 MANIFEST_CHUNK = 20_000  # entries per manifest of a full rewrite (bounds each file's size)
+SPLIT_FROM = 1_000  # a rewritten manifest keeps the partitions a commit touched apart from this many others
 MAX_CATCH_UP = 8  # unpublished snapshots a sync still publishes one by one before the latest
 PUBLISH_ATTEMPTS = 5  # versions a sync tries while concurrent syncs keep taking the next one
 
@@ -75,6 +76,17 @@ def _existing(entry: im.Entry, manifest: im.ManifestFile) -> im.Entry:
     return im.Entry(im.EXISTING, entry.snapshot_id if entry.snapshot_id is not None else manifest.added_snapshot_id,
                     entry.sequence_number if entry.sequence_number is not None else manifest.sequence_number,
                     dataclasses.replace(entry.file, first_row_id=None))
+
+
+def _split_touched(entries: list[im.Entry], touched: set[tuple[Any, ...]]) -> list[list[im.Entry]]:
+    """A rewritten manifest's entries, those of the `touched` partitions apart from the others
+    once there are SPLIT_FROM of those: compactions and overwrites come back to the same
+    partitions, and then rewrite the small manifest, not again the large one."""
+    hot = [e for e in entries if e.file.partition in touched]
+    cold = [e for e in entries if e.file.partition not in touched]
+    if hot and len(cold) >= SPLIT_FROM:
+        return [cold, hot]
+    return [entries] if entries else []
 
 
 def sync_after_commit(table: FileStore | HasStore) -> None:
@@ -420,10 +432,10 @@ class IcebergSync:
                 kept.append(manifest)
                 continue
             found += len(listed)
-            rest = [_existing(e, manifest) for e in im.read_entries(self.file_io, manifest, self.spec)
-                    if e.status != im.DELETED and e.file.path not in listed]
-            if rest:
-                kept.append(self._write_manifest(rest, im.DATA, snapshot.id))
+            entries = [e for e in im.read_entries(self.file_io, manifest, self.spec) if e.status != im.DELETED]
+            touched = {e.file.partition for e in entries if e.file.path in listed}
+            rest = [_existing(e, manifest) for e in entries if e.file.path not in listed]
+            kept.extend(self._write_manifest(part, im.DATA, snapshot.id) for part in _split_touched(rest, touched))
         if found != len(removed):
             return None
         return kept, self._added_manifest(snapshot, added)
@@ -488,6 +500,7 @@ class IcebergSync:
         data = im.encode_manifest(entries, self.spec, self.metadata.spec_json(), self.metadata.iceberg_schema, content,
                                   self.compression, self.format_version)
         self.file_io.write_bytes(path, data)
+        im.DECODED_ENTRIES.put(path, entries, len(entries))  # entries come back from a read as written
         added = [e for e in entries if e.status == im.ADDED]
         existing = [e for e in entries if e.status == im.EXISTING]
         return im.ManifestFile(path, len(data), content, snapshot_id, min(e.sequence_number for e in entries),

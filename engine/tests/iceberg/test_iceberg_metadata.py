@@ -17,6 +17,7 @@ from pyiceberg_oracle import read_iceberg
 import strata
 from strata.cli import main as cli
 from strata.errors import OptionError
+from strata.format.bucket import hash_row, java_bucket
 from strata.iceberg import IcebergSync, latest_metadata_location
 from strata.iceberg import layout as layout_module
 from strata.iceberg import sync as sync_module
@@ -201,6 +202,26 @@ def test_a_snapshot_removing_files_rewrites_only_the_manifests_listing_them(
     assert rewritten.min_sequence_number == 1
     assert_same(table, warehouse_options)
     assert_same(table, warehouse_options, snapshot_id=2)
+
+
+def test_a_rewrite_keeps_the_touched_partitions_apart(catalog: strata.Catalog, warehouse_options: dict[str, str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewritten manifest with enough other partitions puts the files left of the partitions
+    the commit touched in a manifest of their own: the next compaction there rewrites that one."""
+    monkeypatch.setattr(sync_module, "SPLIT_FROM", 2)
+    schema = pa.schema([("p", pa.int32()), ("id", pa.int64())])
+    table = catalog.create_table("db.split", schema, partition_keys=["p"],
+                                 options={**ICEBERG, "bucket": "2", "bucket-key": "id"})
+    one, other = (next(i for i in range(100) if java_bucket(hash_row([i], [pa.int64()]), 2) == b) for b in (0, 1))
+    table.write(pa.table({"p": pa.array([0, 1, 1, 2, 3], pa.int32()), "id": [0, one, other, 3, 4]}))
+    table.write(pa.table({"p": pa.array([1], pa.int32()), "id": [one]}))  # a second file in one bucket of p=1
+    table.compact(full=True, partition={"p": 1})  # merges that bucket's two files; the other bucket has one
+    compacted = table.latest_snapshot().id
+    manifests = decode_manifest_list(table.file_io.read_bytes(_manifest_list(table, compacted)), "list")
+    spec = IcebergSync(table).spec
+    partitions = [sorted({e.file.partition for e in read_entries(table.file_io, m, spec)}) for m in manifests]
+    assert partitions == [[(0,), (2,), (3,)], [(1,)], [(1,)]], "the others, p=1's other bucket, the merged file"
+    assert_same(table, warehouse_options)
 
 
 def test_rewritten_manifests_keep_typed_partition_values(catalog: strata.Catalog,
