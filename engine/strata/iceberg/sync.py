@@ -26,9 +26,10 @@ turns on one table's Iceberg history.
 
 Cost: a snapshot that follows the previously synced one adds one manifest for its visible new
 files and carries the previous manifests forward; those listing a file it removes (a compaction,
-an overwrite) are rewritten without it, the rest unchanged. Changed deletion vectors, a schema or
-format change, or a gap rewrite the manifests of every visible file; a position-delete file (a
-Puffin file) is written once per vector (per index file) and reused while its index file lives.
+an overwrite) are rewritten without it, the rest unchanged. When its deletion vectors changed,
+the delete manifest is written anew. A schema or format change, or a gap, rewrite the manifests
+of every visible file. A position-delete file (a Puffin file) is written once per vector (per
+index file) and reused while its index file lives.
 Decoded manifests are kept per process (they are immutable), so a writer's syncs do not read
 the manifests they carry again.
 """
@@ -404,16 +405,19 @@ class IcebergSync:
         delta, carried = base
         if any(e.kind != FileKind.ADD for e in delta):
             return None
-        return carried, self._added_manifest(snapshot, self._visible(delta))
+        deletes_changed = self.deletion_vectors and self._index_changed(snapshot)
+        return self._with_deletes(snapshot, previous, carried, deletes_changed), \
+            self._added_manifest(snapshot, self._visible(delta))
 
     def _rewrite_delta(self, snapshot: Snapshot, previous: dict[str, Any] | None
                        ) -> tuple[list[im.ManifestFile], list[im.ManifestFile]] | None:
         """Any other snapshot right after the previously synced one (a compaction, an overwrite):
         the previous manifests that list none of the visible files it removes carried forward,
         those that do rewritten without them (their other files EXISTING, as they were), its
-        visible new files in one new manifest. A rewrite of every manifest cost a compaction
-        commit time in proportion to the table's files. None when a full rewrite is needed,
-        also when a removed file is not where the previous metadata should list it."""
+        visible new files in one new manifest, and on a deletion-vector table its delete files
+        anew. A rewrite of every manifest cost a compaction commit time in proportion to the
+        table's files. None when a full rewrite is needed, also when a removed file is not where
+        the previous metadata should list it."""
         base = self._delta_base(snapshot, previous)
         if base is None:
             return None
@@ -438,18 +442,33 @@ class IcebergSync:
             kept.extend(self._write_manifest(part, im.DATA, snapshot.id) for part in _split_touched(rest, touched))
         if found != len(removed):
             return None
+        # a removed file's vector may stay in an index file a compaction kept: deletes are redone
+        kept = self._with_deletes(snapshot, previous, kept, self.deletion_vectors)
         return kept, self._added_manifest(snapshot, added)
+
+    def _with_deletes(self, snapshot: Snapshot, previous: dict[str, Any] | None, carried: list[im.ManifestFile],
+                      recompute: bool) -> list[im.ManifestFile]:
+        """The carried manifests, their delete manifests replaced by one of the snapshot's delete
+        files when `recompute` (deletion vectors changed); the delete files of index files that
+        did not change are reused, as a full rewrite reuses them."""
+        if not recompute:
+            return carried
+        visible = self._visible(TableScan(self.store, snapshot_id=snapshot.id).plan_entries(snapshot))
+        deletes = self.deletes.for_snapshot(snapshot, visible, previous, self.format_version)
+        kept = [m for m in carried if m.content != im.DELETES]
+        if deletes:
+            entries = [im.Entry(im.ADDED, snapshot.id, snapshot.id, f) for f in deletes]
+            kept.append(self._write_manifest(entries, im.DELETES, snapshot.id))
+        return kept
 
     def _delta_base(self, snapshot: Snapshot, previous: dict[str, Any] | None
                     ) -> tuple[list[ManifestEntry], list[im.ManifestFile]] | None:
         """The snapshot's merged delta and the previous metadata's manifests, when the snapshot
-        follows the previously synced one directly, under its schema and format version, with the
-        same deletion vectors (their delete files are carried as they are); else None."""
+        follows the previously synced one directly, under its schema and format version; else
+        None."""
         if previous is None or current_id(previous) != snapshot.id - 1 or \
                 snapshot.schema_id != previous["current-schema-id"] or \
                 format_version_of(previous) != self.format_version:
-            return None
-        if self.deletion_vectors and self._index_changed(snapshot):
             return None
         carried = im.read_manifest_list(self.file_io, current_snapshot(previous)["manifest-list"])
         if self.format_version >= 3 and "paimon.snapshot-id" not in previous.get("properties", {}) and \

@@ -224,6 +224,27 @@ def test_a_rewrite_keeps_the_touched_partitions_apart(catalog: strata.Catalog, w
     assert_same(table, warehouse_options)
 
 
+def test_new_deletion_vectors_rewrite_the_delete_manifest_not_the_data_manifests(
+        catalog: strata.Catalog, warehouse_options: dict[str, str]) -> None:
+    """An upsert into a deletion-vector table marks the replaced rows in their files (large
+    enough not to be rewritten): the data manifests are carried as they are, the new rows get a
+    manifest of their own and the delete manifest is written anew."""
+    schema = pa.schema([pa.field("k", pa.int32(), nullable=False), ("v", pa.int64())])
+    table = catalog.create_table("db.dvs", schema, primary_keys=["k"], options={
+        **ICEBERG, "bucket": "2", "deletion-vectors.enabled": "true"})
+    table.write(pa.table({"k": pa.array(range(20_000), pa.int32()), "v": range(20_000)}, schema=schema))
+    table.compact(full=True)
+    compacted = table.latest_snapshot().id
+    table.write(pa.table({"k": pa.array([3, 50], pa.int32()), "v": [-3, -50]}, schema=schema))
+    upserted = table.latest_snapshot().id
+    before, after = (decode_manifest_list(table.file_io.read_bytes(_manifest_list(table, sid)), "list")
+                     for sid in (compacted, upserted))
+    assert before[0] in after, "the compaction's data manifest is carried"
+    assert [(m.content, m.added_snapshot_id) for m in after if m != before[0]] == [(1, upserted), (0, upserted)]
+    assert_same(table, warehouse_options)
+    assert rows(iceberg(table, warehouse_options, row_filter="k = 3")[0]) == [(3, -3)]
+
+
 def test_rewritten_manifests_keep_typed_partition_values(catalog: strata.Catalog,
                                                          warehouse_options: dict[str, str]) -> None:
     """Date, timestamp, decimal and string partitions read back from a manifest and written
