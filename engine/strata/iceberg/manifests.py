@@ -15,6 +15,7 @@ one delete file per data file, positions sorted, ``referenced_data_file`` set an
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,7 @@ import pyarrow.parquet as pq
 
 from strata.fs import FileIO
 from strata.fs.decoded_cache import DecodedFileCache
-from strata.iceberg.types import avro_partition_type, avro_partition_value, bound_bytes
+from strata.iceberg.types import avro_partition_type, avro_partition_value, bound_bytes, from_bound_bytes
 from strata.manifest.avro_container import read_container, strip_logical_types, write_container
 
 DATA, DELETES = 0, 1  # manifest / file content
@@ -307,6 +308,36 @@ def live_paths(file_io: FileIO, manifest: ManifestFile, spec: Sequence[Partition
         paths = frozenset(e.file.path for e in read_entries(file_io, manifest, spec) if e.status != DELETED)
         LIVE_PATHS.put(manifest.path, paths, len(paths))
     return paths
+
+
+def may_hold_partitions(manifest: ManifestFile, spec: Sequence[PartitionField],
+                        partitions: Iterable[tuple[Any, ...]]) -> bool:
+    """Whether the manifest's partition summaries allow one of these partitions (physical
+    values in spec order): a sync then need not read a manifest that cannot list a removed file."""
+    summaries = manifest.partitions
+    if len(summaries) != len(spec):
+        return True  # no summaries (or another spec's): cannot tell
+    bounds = []
+    for field_summary, p in zip(summaries, spec, strict=True):
+        low, high = field_summary.get("lower_bound"), field_summary.get("upper_bound")
+        bounds.append((field_summary.get("contains_null", True),
+                       None if low is None else from_bound_bytes(low, p.iceberg_type),
+                       None if high is None else from_bound_bytes(high, p.iceberg_type)))
+    return any(all(_summary_holds(value, *bound) for value, bound in zip(partition, bounds, strict=True))
+               for partition in partitions)
+
+
+def _summary_holds(value: Any, contains_null: bool, low: Any, high: Any) -> bool:
+    if value is None:
+        return bool(contains_null)
+    if low is None and high is None:
+        return not contains_null  # only nulls, or no summary at all
+    if low is None or high is None:
+        return True
+    try:
+        return bool(low <= value <= high) or (isinstance(value, float) and math.isnan(value))
+    except TypeError:
+        return True
 
 
 def listed_files(file_io: FileIO, manifest_list: str, spec: Sequence[PartitionField], content: int) -> list[DataFile]:

@@ -429,9 +429,12 @@ class IcebergSync:
         added = [e for e in added if self._path(e) not in moved]
         kept: list[im.ManifestFile] = []
         found = 0
+        partitions = {self._partition(e.partition) for e in delta if e.kind == FileKind.DELETE
+                      and self._path(e) in removed}
         for manifest in carried:
             listed = removed & im.live_paths(self.file_io, manifest, self.spec) \
-                if manifest.content == im.DATA and removed else set()
+                if manifest.content == im.DATA and removed and im.may_hold_partitions(manifest, self.spec, partitions) \
+                else set()
             if not listed:
                 kept.append(manifest)
                 continue

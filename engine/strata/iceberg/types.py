@@ -183,6 +183,27 @@ def bound_bytes(value: Any, iceberg: str) -> bytes:
     raise UnsupportedTypeError(f"no Iceberg bound encoding for {iceberg}")
 
 
+def from_bound_bytes(data: bytes, iceberg: str) -> Any:
+    """The physical value of Iceberg's single-value binary serialization (bound_bytes' inverse)."""
+    if iceberg == "boolean":
+        return data != b"\x00"
+    if iceberg in ("int", "date"):
+        return struct.unpack("<i", data)[0]
+    if iceberg in ("long", "timestamp", "timestamptz"):
+        return struct.unpack("<q", data)[0]
+    if iceberg == "float":
+        return struct.unpack("<f", data)[0]
+    if iceberg == "double":
+        return struct.unpack("<d", data)[0]
+    if iceberg == "string":
+        return data.decode("utf-8")
+    if iceberg == "binary":
+        return bytes(data)
+    if iceberg.startswith("decimal"):
+        return int.from_bytes(data, "big", signed=True)
+    raise UnsupportedTypeError(f"no Iceberg bound encoding for {iceberg}")
+
+
 def _unscaled_bytes(unscaled: int) -> bytes:
     """Big-endian two's complement in the fewest bytes (what Java's BigInteger.toByteArray gives)."""
     length = max(1, (unscaled + (unscaled < 0)).bit_length() // 8 + 1)

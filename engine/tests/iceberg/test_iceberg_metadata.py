@@ -18,8 +18,10 @@ import strata
 from strata.cli import main as cli
 from strata.errors import OptionError
 from strata.format.bucket import hash_row, java_bucket
+from strata.fs.decoded_cache import DecodedFileCache
 from strata.iceberg import IcebergSync, latest_metadata_location
 from strata.iceberg import layout as layout_module
+from strata.iceberg import manifests as manifests_module
 from strata.iceberg import sync as sync_module
 from strata.iceberg.layout import read_layouts, split_units
 from strata.iceberg.manifests import EXISTING, ManifestFile, decode_manifest_list, encode_manifest_list, read_entries
@@ -245,6 +247,26 @@ def test_new_deletion_vectors_rewrite_the_delete_manifest_not_the_data_manifests
     assert rows(iceberg(table, warehouse_options, row_filter="k = 3")[0]) == [(3, -3)]
 
 
+def test_a_new_process_reads_only_the_manifests_that_may_list_the_removed_files(
+        catalog: strata.Catalog, warehouse_options: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing decoded yet (a new process): the manifests' partition summaries rule out those of
+    other partitions before any is read."""
+    schema = pa.schema([("p", pa.int32()), ("id", pa.int64())])
+    table = catalog.create_table("db.cold", schema, partition_keys=["p"], options=ICEBERG)
+    for p in range(4):
+        table.write(pa.table({"p": pa.array([p, p], pa.int32()), "id": [10 * p, 10 * p + 1]}))
+    decoded: list[str] = []
+    decode = manifests_module.decode_entries
+    with monkeypatch.context() as patch:
+        patch.setattr(manifests_module, "DECODED_ENTRIES", DecodedFileCache(max_weight=1000))
+        patch.setattr(manifests_module, "LIVE_PATHS", DecodedFileCache(max_weight=1000))
+        patch.setattr(manifests_module, "decode_entries",
+                      lambda data, spec, where: decoded.append(where) or decode(data, spec, where))
+        table.write(pa.table({"p": pa.array([2], pa.int32()), "id": [99]}), mode="overwrite-dynamic")
+    assert len(decoded) == 1  # the manifest of p=2; all four without the summaries
+    assert_same(table, warehouse_options)
+
+
 def test_rewritten_manifests_keep_typed_partition_values(catalog: strata.Catalog,
                                                          warehouse_options: dict[str, str]) -> None:
     """Date, timestamp, decimal and string partitions read back from a manifest and written
@@ -284,11 +306,20 @@ def test_a_compaction_below_the_top_level_keeps_the_manifests(catalog: strata.Ca
 
 
 def test_failed_sync_never_fails_the_commit_and_the_cli_catches_up(catalog: strata.Catalog, warehouse: str,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+                                                                   warehouse_options: dict[str, str],
+                                                                   capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     schema = pa.schema([("id", pa.int64())])
     table = catalog.create_table("db.blocked", schema, options=ICEBERG)
     table.file_io.delete_dir(f"{table.path}/metadata")  # the schema-only metadata of the new table
-    table.file_io.write_bytes(f"{table.path}/metadata", b"not a directory")
+    write = table.file_io.write_bytes
+
+    def refused(path: str, data: bytes) -> None:  # the store refuses the metadata directory (a local
+        if f"{table.path}/metadata/" in path:  # file in its place did it, but S3 keys have no parents)
+            raise OSError(f"injected: the store refused {path}")
+        write(path, data)
+
+    monkeypatch.setattr(table.file_io, "write_bytes", refused)
     failures = _sample("strata_iceberg_sync_failures_total", "db.blocked")
     result = table.write(pa.table({"id": [1, 2]}, schema=schema))
     assert result.snapshot_ids == [1], "the commit is durable even though the Iceberg sync failed"
@@ -300,11 +331,11 @@ def test_failed_sync_never_fails_the_commit_and_the_cli_catches_up(catalog: stra
     out = capsys.readouterr().out
     assert "latest snapshot 1; Iceberg metadata shows no Iceberg metadata; 1 snapshot(s) behind" in out
     assert "last failure" in out and "snapshot 1: " in out and "Error" in out, out
-    table.file_io.delete(f"{table.path}/metadata")
+    monkeypatch.setattr(table.file_io, "write_bytes", write)  # the store takes writes again
     assert latest_metadata_location(table) is None
     assert cli(["--warehouse", warehouse, "iceberg", "sync", "db.blocked"]) == 0
     assert "snapshot 1" in capsys.readouterr().out
-    assert_same(table, {})
+    assert_same(table, warehouse_options)
     assert cli(["--warehouse", warehouse, "iceberg", "sync", "db.blocked"]) == 0
     assert "up to date" in capsys.readouterr().out
     assert cli(["--warehouse", warehouse, "iceberg", "status", "db.blocked"]) == 0

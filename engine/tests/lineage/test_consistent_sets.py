@@ -103,6 +103,7 @@ def _reads_of_consistent_set(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
     return len(reads)
 
 
+@pytest.mark.local_storage_only(reason="counts snapshot reads; an object store reads a walk's snapshots 16 at a time")
 def test_consistent_set_reads_down_to_the_set_not_the_whole_history(pipeline: Pipeline,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     for _ in range(12):  # every stage ran at the last step: the newest snapshots are the set

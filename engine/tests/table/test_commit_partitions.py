@@ -37,10 +37,10 @@ def _rows(table: strata.Table) -> set[tuple]:
 def test_a_partition_overwrite_reads_the_manifests_of_that_partition(catalog, monkeypatch, partition):
     table = _table(catalog)
     before = _rows(table)
-    read = _manifests_read(monkeypatch)
-    table.write(pa.table({"p": pa.array([partition], pa.int32()), "id": [999]}), mode="overwrite-dynamic")
+    with monkeypatch.context() as patch:
+        read = _manifests_read(patch)
+        table.write(pa.table({"p": pa.array([partition], pa.int32()), "id": [999]}), mode="overwrite-dynamic")
     assert len(read) == 1  # a whole-table check read all 12
-    monkeypatch.undo()
     assert _rows(table) == {r for r in before if r[0] != partition} | {(partition, 999)}
 
 
@@ -50,9 +50,9 @@ def test_a_compaction_commits_when_partition_stats_miss_its_files(catalog, monke
     table = _table(catalog)
     table.write(pa.table({"p": pa.array([5, 5], pa.int32()), "id": [500, 501]}))
     before = _rows(table)
-    monkeypatch.setattr(ManifestStore, "_may_hold", lambda self, stats, rows: False)
-    table.compact(full=True, partition={"p": 5})
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        patch.setattr(ManifestStore, "_may_hold", lambda self, stats, rows: False)
+        table.compact(full=True, partition={"p": 5})
     assert table.latest_snapshot().commit_kind == "COMPACT"
     assert _rows(table) == before
     partition_files = [f for s in table.new_scan(filter=strata.col("p") == 5).plan().splits for f in s.files]

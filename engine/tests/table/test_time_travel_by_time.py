@@ -32,10 +32,10 @@ def _table_committed_at(catalog: strata.Catalog, millis: list[int], monkeypatch:
     stamped in 1970, they are past any time retention)."""
     table = catalog.create_table("db.t", pa.schema([("id", pa.int64())]),
                                  options={"snapshot.num-retained.min": str(len(millis))})
-    monkeypatch.setattr(commit_module, "time", _Clock(millis))
-    for i in range(len(millis)):
-        table.write(pa.table({"id": [i]}))
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        patch.setattr(commit_module, "time", _Clock(millis))
+        for i in range(len(millis)):
+            table.write(pa.table({"id": [i]}))
     return table
 
 
