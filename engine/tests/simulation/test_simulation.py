@@ -34,8 +34,13 @@ LOCK_TIMEOUT_SEED = Scenario(5, 16, faults="lock-timeout")
 # seed 60: a write, a branch from its snapshot, main rewritten and its snapshots expired
 BRANCH_EXPIRY = Scenario(60, 40, (0, 11, 31, 33, 36))
 
-# seed -> (steps, the shrunk operations, the bug)
-KNOWN_FAILURES: dict[int, tuple[int, tuple[int, ...], str]] = {}
+# seed -> (steps, the shrunk operations (None: all of them), the bug)
+KNOWN_FAILURES: dict[int, tuple[int, tuple[int, ...] | None, str]] = {
+    1077022468: (80, None, "a concurrent writer's batch on a first-row, ignore-delete, dynamic-bucket table refused "
+                           "(503 on mkdirs of index/) and then acknowledged at a later snapshot is not in the table; "
+                           "reached since the Iceberg sync reads less (7506170), which moves the faults: the cause is "
+                           "not found yet"),
+}
 
 
 # seed -> (steps, the shrunk operations, the bug it found, since fixed): each replays its shrunk sequence
