@@ -36,11 +36,12 @@ BRANCH_EXPIRY = Scenario(60, 40, (0, 11, 31, 33, 36))
 
 # seed -> (steps, the shrunk operations (None: all of them), the bug)
 KNOWN_FAILURES: dict[int, tuple[int, tuple[int, ...] | None, str]] = {
-    1077022468: (80, None, "two concurrent writers (sim-w1, sim-w2) commit identifier 22 on a first-row, "
-                           "ignore-delete, dynamic-bucket table; sim-w2's commit result names snapshot 35, which is "
-                           "sim-w1's (user sim-w1, identifier 22), and sim-w2's batch is in no snapshot (its earlier "
-                           "try failed: 503 on mkdirs of index/). Reached since the Iceberg sync reads less (7506170) "
-                           "and the faults move; the cause is not found yet"),
+    1077022468: (80, None, "two concurrent writers commit identifier 22 on a dynamic-bucket table; sim-w2's "
+                           "committer logs that it published snapshot 35 (3 attempts, one ambiguous), but "
+                           "snapshot-35 on storage is sim-w1's commit and sim-w2's batch is in no snapshot: one "
+                           "snapshot file took the place of another's (check-then-put, or put_again after an "
+                           "ambiguous publish). Reached since the Iceberg sync reads less (7506170) and the "
+                           "faults move; the cause is not found yet"),
 }
 
 
