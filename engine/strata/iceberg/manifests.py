@@ -15,7 +15,6 @@ one delete file per data file, positions sorted, ``referenced_data_file`` set an
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from strata.fs import FileIO
 from strata.fs.decoded_cache import DecodedFileCache
 from strata.iceberg.types import avro_partition_type, avro_partition_value, bound_bytes, from_bound_bytes
 from strata.manifest.avro_container import read_container, strip_logical_types, write_container
+from strata.manifest.simple_stats import in_bounds
 
 DATA, DELETES = 0, 1  # manifest / file content
 EXISTING, ADDED, DELETED = 0, 1, 2  # entry status
@@ -334,10 +334,7 @@ def _summary_holds(value: Any, contains_null: bool, low: Any, high: Any) -> bool
         return not contains_null  # only nulls, or no summary at all
     if low is None or high is None:
         return True
-    try:
-        return bool(low <= value <= high) or (isinstance(value, float) and math.isnan(value))
-    except TypeError:
-        return True
+    return in_bounds(value, low, high)
 
 
 def listed_files(file_io: FileIO, manifest_list: str, spec: Sequence[PartitionField], content: int) -> list[DataFile]:

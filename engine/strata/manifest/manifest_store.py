@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ from strata.manifest import codec
 from strata.manifest.index_manifest import IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind, ManifestEntry, merge_entries
 from strata.manifest.manifest_file_meta import ManifestFileMeta
-from strata.manifest.simple_stats import SimpleStats
+from strata.manifest.simple_stats import SimpleStats, in_bounds
 from strata.schema.table_schema import TableSchema
 
 # about 200 bytes a decoded entry: some 100 MB at most
@@ -182,10 +181,7 @@ def _may_hold_value(value: Any, low: Any, high: Any, nulls: int | None) -> bool:
     if low is None or high is None:
         # partition stats cover every entry: no bounds with a null count means only nulls
         return nulls is None
-    try:
-        return bool(low <= value <= high) or (isinstance(value, float) and math.isnan(value))  # NaN: no order
-    except TypeError:
-        return True
+    return in_bounds(value, low, high)
 
 
 def partition_types(schema: TableSchema) -> list[pa.DataType]:

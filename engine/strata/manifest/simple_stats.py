@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 # Serialized BinaryRow of arity 0: 4-byte big-endian arity, then the fixed part, which for
 # arity 0 is just the 8-byte header/null-bitset word ((0 + 63 + 8) // 64 * 8), all zero.
@@ -31,3 +32,12 @@ class SimpleStats:
 
 # Java's SimpleStats.EMPTY_STATS: two empty BinaryRows and an empty (not null) count array.
 SimpleStats.EMPTY = SimpleStats(EMPTY_BINARY_ROW, EMPTY_BINARY_ROW, [])
+
+
+def in_bounds(value: Any, low: Any, high: Any) -> bool:
+    """Whether `value` may lie in [low, high]: also when the two cannot be compared, or it is NaN
+    (which has no order), since a pruning caller must keep what it cannot rule out."""
+    try:
+        return bool(low <= value <= high) or (isinstance(value, float) and math.isnan(value))
+    except TypeError:
+        return True
