@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
@@ -107,6 +107,7 @@ class MetricDef:
 
 DEFINITIONS: list[MetricDef] = []
 _NOOP = _NoOp()
+_BY_TABLE: list[tuple[Any, int]] = []  # (metric, position of its `table` label): what forget_table clears
 
 # latencies of different orders of magnitude get different buckets (seconds)
 FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -120,11 +121,16 @@ def _define(kind: str, name: str, doc: str, labels: Sequence[str], component: st
     DEFINITIONS.append(MetricDef(name, kind, doc, tuple(labels), component))
     if _prom is None:
         return _NOOP
+    metric: Any
     if kind == "counter":
-        return _prom.Counter(name, doc, labels)
-    if kind == "gauge":
-        return _prom.Gauge(name, doc, labels)
-    return _prom.Histogram(name, doc, labels, buckets=buckets or COMMIT_BUCKETS)
+        metric = _prom.Counter(name, doc, labels)
+    elif kind == "gauge":
+        metric = _prom.Gauge(name, doc, labels)
+    else:
+        metric = _prom.Histogram(name, doc, labels, buckets=buckets or COMMIT_BUCKETS)
+    if "table" in labels:
+        _BY_TABLE.append((metric, list(labels).index("table")))
+    return metric
 
 
 def _counter(name: str, doc: str, labels: Sequence[str], component: str) -> CounterLike:
@@ -313,6 +319,19 @@ def _first_time(*key: str) -> bool:
             return False
         _seen.add(key)
         return True
+
+
+def forget_table(table: str) -> None:
+    """Remove every series of `table` (a ``db.table`` label) from this process's metrics: a dropped
+    or renamed table's last values would otherwise be served for as long as the process lives, and
+    each table adds some 80 series to every scrape. Recording for it again starts them anew."""
+    for metric, position in _BY_TABLE:
+        for values in [v for v in list(metric._metrics) if v[position] == table]:
+            with suppress(KeyError):  # removed meanwhile by another thread
+                metric.remove(*values)
+    with _lock:
+        _seen.difference_update([key for key in _seen if key[1:2] == (table,)])
+        _snapshot_times.pop(table, None)
 
 
 def table_label(table_path: str) -> str:

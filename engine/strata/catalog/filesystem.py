@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
+from strata import metrics
 from strata.catalog.base import Catalog
 from strata.errors import (
     DatabaseNotEmptyError,
@@ -113,3 +114,4 @@ class FileSystemCatalog(Catalog):
             raise
         drop_mirror(table)
         self.file_io.delete_dir(self.table_path(ident))
+        metrics.forget_table(str(ident))

@@ -47,6 +47,7 @@ from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from strata import metrics
 from strata.catalog.base import Catalog, CatalogOperationNotSupportedError
 from strata.catalog.filesystem import DB_SUFFIX
 from strata.catalog.lock import JdbcCatalogLock, LockedPublisher, lock_key_max_length, table_lock_id
@@ -433,6 +434,7 @@ class JdbcCatalog(Catalog):
                                       "VALUES (:key, :db, :t2, :loc)"), params)
             except IntegrityError:
                 raise TableAlreadyExistsError(f"table {target} already exists") from None
+        metrics.forget_table(str(source))
         return self.get_table(target)
 
     def get_table(self, name: str | Identifier) -> Table:
@@ -477,6 +479,7 @@ class JdbcCatalog(Catalog):
             if ignore_if_not_exists:
                 return
             raise TableNotFoundError(f"table {ident} does not exist")
+        metrics.forget_table(str(ident))
         if path is not None:
             self.file_io.delete_dir(path)
 

@@ -78,6 +78,29 @@ def test_a_commit_counts_its_snapshot_files_bytes_and_records(catalog: strata.Ca
         assert REGISTRY.get_sample_value("strata_commits_total", {**labels, "result": result_label}) == 0
 
 
+def table_series(table: str) -> list[str]:
+    return [s.name for family in REGISTRY.collect() for s in family.samples if s.labels.get("table") == table]
+
+
+def test_a_dropped_table_leaves_the_metrics_and_a_new_one_of_its_name_starts_at_zero(
+        catalog: strata.Catalog) -> None:
+    dropped, kept = pk_table(catalog, "dropped"), pk_table(catalog, "kept")
+    for table in (dropped, kept):
+        table.write(rows(range(10)))
+        table.to_arrow()
+    assert table_series("m.dropped") and table_series("m.kept")
+    catalog.drop_table("m.dropped")
+    assert table_series("m.dropped") == []
+    assert value("strata_commits_total", table="m.kept", kind="append", result="success") >= 1
+    again = pk_table(catalog, "dropped")
+    again.write(rows(range(5)))
+    labels = {"table": "m.dropped", "kind": "append"}
+    assert value("strata_commits_total", result="success", **labels) == 1
+    assert REGISTRY.get_sample_value("strata_commits_total", {**labels, "result": "conflict"}) == 0
+    assert value("strata_snapshot_latest_id", table="m.dropped") == 1
+    assert 0 <= value("strata_snapshot_latest_age_seconds", table="m.dropped") < 60
+
+
 def test_a_replayed_commit_is_counted_as_a_duplicate(catalog: strata.Catalog) -> None:
     table = pk_table(catalog, "replay")
     table.write(rows(range(5)), commit_user="job", identifier=7)
