@@ -591,11 +591,11 @@ def test_spark_like_jobs_with_one_commit_user_and_no_identifier_lose_no_batch(mo
     job_a, job_b = table, reopened(table)
     publish, b_results = SnapshotManager.publish, list[CommitResult | None]()
 
-    def b_lands_first(manager: SnapshotManager, snapshot: Snapshot) -> bool:
+    def b_lands_first(manager: SnapshotManager, snapshot: Snapshot, ready: Callable[[], bool] | None = None) -> bool:
         if not b_results:
             b_results.append(None)  # B's own publish goes straight through
             b_results[0] = job_b.write(data([20, 21]), commit_user="etl")
-        return publish(manager, snapshot)
+        return publish(manager, snapshot, ready)
 
     monkeypatch.setattr(SnapshotManager, "publish", b_lands_first)
     result = job_a.write(data([10, 11, 12]), commit_user="etl")

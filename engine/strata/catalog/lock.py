@@ -273,10 +273,9 @@ class LockedPublisher:
             return False
         lock = self._acquire(manager, snapshot)
         try:
-            if self._exists(manager, snapshot) or lock.valid_for() < self.margin_seconds:
-                published = False  # taken meanwhile, or the lease may lapse mid-write: retry with a fresh one
-            else:
-                published = self._write(manager, snapshot, lock)
+            # taken meanwhile, or (checked last, after every read) the lease may lapse mid-write:
+            # retry with a fresh one
+            published = not self._exists(manager, snapshot) and self._write(manager, snapshot, lock)
         except BaseException:
             _release_quietly(lock)
             raise
@@ -293,14 +292,17 @@ class LockedPublisher:
         same bytes are put again until one PUT answers (N was absent at the check, so whatever is
         there is ours). Settling it after the release instead would leave a window in which a
         delayed PUT of ours lands over another committer's snapshot-N."""
+        def lease_outlasts_write() -> bool:
+            return lock.valid_for() >= self.margin_seconds
+
         try:
-            return manager.publish(snapshot)
+            return manager.publish(snapshot, ready=lease_outlasts_write)
         except OSError as exc:
             ambiguous = exc
         for attempt in range(REPUT_ATTEMPTS):
-            if lock.valid_for() < self.margin_seconds:
-                break  # the lease may lapse mid-write: leave it ambiguous, the committer reads back
             time.sleep(min(2.0, 0.1 * 2 ** attempt) * random.uniform(0.5, 1.0))
+            if not lease_outlasts_write():
+                break  # the lease may lapse mid-write: leave it ambiguous, the committer reads back
             try:
                 manager.put_again(snapshot)
                 log.info("snapshot %d of %s: ambiguous write settled by writing it again under the lock (%s)",

@@ -149,11 +149,12 @@ class SnapshotManager:
             except SnapshotNotFoundError:
                 continue  # expired concurrently
 
-    def publish(self, snapshot: Snapshot) -> bool:
-        """Atomically create snapshot-N; False if that id is taken, or if snapshot N-1 is no longer
-        `expected_parent` (a fast-forward replaced it). Updates the hints (best effort). An OSError
-        of the write is ambiguous (see ``read_back``); a failed check before it raises
-        NothingPublishedError."""
+    def publish(self, snapshot: Snapshot, ready: Callable[[], bool] | None = None) -> bool:
+        """Atomically create snapshot-N; False if that id is taken, if snapshot N-1 is no longer
+        `expected_parent` (a fast-forward replaced it), or if `ready` (asked after those reads,
+        right before the write: a lock holder's lease check) says no. Updates the hints (best
+        effort). An OSError of the write is ambiguous (see ``read_back``); a failed check before
+        it raises NothingPublishedError."""
         with self.publish_lock() or contextlib.nullcontext():
             try:
                 if not self.parent_unchanged(snapshot):
@@ -161,6 +162,8 @@ class SnapshotManager:
             except OSError as exc:
                 raise NothingPublishedError(f"snapshot {snapshot.id} of {self.table_path} not written: its "
                                             f"parent could not be checked ({exc})") from exc
+            if ready is not None and not ready():
+                return False
             if not self.file_io.write_new(self.path(snapshot.id), snapshot.to_json().encode()):
                 return False
         self.commit_hints(snapshot.id)

@@ -73,9 +73,9 @@ class World:
         self.warehouse = warehouse.rstrip("/")
         self.faults = faults
         self.use_jdbc_lock = use_jdbc_lock
-        # whether a lease may lapse between check-then-put's check and its PUT: the documented
-        # limit of publishing under a lease (README, Commit guarantees), which a run that looks
-        # for other bugs leaves out
+        # whether a lease may lapse between the holder's last lease check and its snapshot's PUT
+        # (a check-then-put's check included): the documented limit of publishing under a lease
+        # (README, Commit guarantees), which a run that looks for other bugs leaves out
         self.lapse_before_put = lapse_before_put
         self.counters: collections.Counter[str] = collections.Counter()
         # every step in order: ("call", actor, op, path, fault) and ("switch", from, to); file
@@ -98,6 +98,9 @@ class World:
         self._lease_actors: dict[tuple[str, str], str] = {}  # (lock id, owner) -> actor that took it
         self._held: dict[str, SimulatedJdbcLock] = {}  # actor -> JDBC lock it holds
         self._published: set[str] = set()  # actors of the current run that wrote a snapshot file
+        # actors between a lease check that passed and their snapshot's put: a lapse there is the
+        # documented limit (lapse_before_put)
+        self._put_window: set[str] = set()
         os.makedirs(self.warehouse, exist_ok=True)
 
     # -- catalogs ---------------------------------------------------------------------------
@@ -214,8 +217,10 @@ class World:
         self.switch_point(actor)
         stream = self._stream(actor)
         if actor in self._held and stream.random() < self.faults.lease_expiry \
-                and (self.lapse_before_put or op != "write_new"):
+                and (self.lapse_before_put or actor not in self._put_window):
             self._lapse_lease(actor)
+        if "/snapshot/snapshot-" in path and op in ("write_new", "write_bytes"):
+            self._put_window.discard(actor)  # the put: the window closes with it
         plan = draw_plan(self.faults, stream, op)
         if not self.faults.hits(path):
             plan = CallPlan(slow=plan.slow)
@@ -329,7 +334,14 @@ class World:
         if lock.actor is not None and self.current_actor() == lock.actor:
             self._held[lock.actor] = lock
 
+    def lease_checked(self, lock: SimulatedJdbcLock, valid_for: float) -> None:
+        """The holder asked how long its lease lasts, and it is held: a put may follow."""
+        if valid_for > 0 and lock.actor is not None and self._held.get(lock.actor) is lock:
+            self._put_window.add(lock.actor)
+
     def lease_released(self, lock: SimulatedJdbcLock) -> None:
+        if lock.actor is not None:
+            self._put_window.discard(lock.actor)
         self._leases.pop((lock.lock_id, lock.owner), None)
         self._lease_actors.pop((lock.lock_id, lock.owner), None)
         if lock.actor is not None and self._held.get(lock.actor) is lock:
@@ -386,6 +398,11 @@ class SimulatedJdbcLock(JdbcLock):
     def expire_stale(self) -> int:
         self.world.age_lease_rows(self.engine, self.lock_id)
         return super().expire_stale()
+
+    def valid_for(self) -> float:
+        seconds = super().valid_for()
+        self.world.lease_checked(self, seconds)
+        return seconds
 
     def release(self) -> bool:
         if self.world.is_dead(self.actor):
