@@ -21,6 +21,10 @@ from strata.snapshot.snapshot_manager import SnapshotManager
 from strata.store import FileStore
 
 SCHEMA_ONLY_VERSION = 0  # v0.metadata.json: the schema before the first snapshot
+# the summary key naming the Paimon commit an Iceberg snapshot mirrors (its delta manifest list,
+# unique per commit): a snapshot of the same id that a rollback or a fast-forward put in its place
+# is another commit, even where its commit time is older
+COMMIT_MARKER = "paimon.delta-manifest-list"
 _OPERATIONS = {CommitKind.APPEND: "append", CommitKind.COMPACT: "replace", CommitKind.OVERWRITE: "overwrite"}
 
 
@@ -66,7 +70,7 @@ class MetadataBuilder:
         earliest = self.store.snapshot_manager.earliest_id() or snapshot.id
         kept = [s for s in (previous or {}).get("snapshots", []) if earliest <= s["snapshot-id"] < snapshot.id]
         summary = {"operation": _OPERATIONS.get(snapshot.commit_kind, "overwrite"),
-                   **{k: str(v) for k, v in counts.items()}}
+                   **{k: str(v) for k, v in counts.items()}, COMMIT_MARKER: snapshot.delta_manifest_list}
         parent = current_id(previous)
         new = {"snapshot-id": snapshot.id, "sequence-number": snapshot.id, "timestamp-ms": snapshot.time_millis,
                "manifest-list": manifest_list, "summary": summary, "schema-id": snapshot.schema_id}

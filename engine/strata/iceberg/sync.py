@@ -52,7 +52,7 @@ from strata.iceberg import statistics, versions
 from strata.iceberg.deletes import DeleteFiles
 from strata.iceberg.layout import FileLayout, read_layouts
 from strata.iceberg.location import enabled, latest_metadata_location, table_location
-from strata.iceberg.metadata import SCHEMA_ONLY_VERSION, MetadataBuilder
+from strata.iceberg.metadata import COMMIT_MARKER, SCHEMA_ONLY_VERSION, MetadataBuilder
 from strata.iceberg.status import report_failure, report_success
 from strata.iceberg.types import as_iceberg_value, bound_bytes, iceberg_type
 from strata.iceberg.versions import VERSION_HINT, current_id, current_snapshot, format_version_of
@@ -150,10 +150,18 @@ def _statistics_sibling(location: str) -> str:
 
 def _describes(entry: dict[str, Any], snapshot: Snapshot) -> bool:
     """The Iceberg snapshot `entry` was made of `snapshot`, not of one of the same id that a
-    rollback removed. Strata stamps an entry with its snapshot's commit time; Paimon's Java
-    mirror (1.3) with the time it wrote the metadata, just after that commit. Either is
-    at or after the snapshot's commit, and a rolled-back one's is before its successor's."""
-    return entry["snapshot-id"] == snapshot.id and int(entry["timestamp-ms"]) >= snapshot.time_millis
+    rollback or a fast-forward replaced. Strata names the commit in the entry's summary
+    (COMMIT_MARKER). Without it (Paimon's Java mirror, Strata before it): the entry's time, which
+    Strata stamps with its snapshot's commit time and Java (1.3) with the time it wrote the
+    metadata, just after that commit; either is at or after the snapshot's commit, and a
+    rolled-back one's is before its successor's (not so after a fast-forward, whose snapshots
+    were committed on their branch, maybe earlier)."""
+    if entry["snapshot-id"] != snapshot.id:
+        return False
+    marker = entry.get("summary", {}).get(COMMIT_MARKER)
+    if marker is not None:
+        return bool(marker == snapshot.delta_manifest_list)
+    return int(entry["timestamp-ms"]) >= snapshot.time_millis
 
 
 def _shows(metadata: dict[str, Any], snapshot: Snapshot) -> bool:

@@ -193,3 +193,23 @@ def test_rollback_across_a_schema_change_defines_the_snapshots_schema(catalog: s
     assert {0, 2} <= defined
     got, facts = read_iceberg(latest_metadata_location(table), warehouse_options)
     assert sorted(got.column("id").to_pylist()) == [1, 2] and facts["current"] == 1
+
+
+@pytest.mark.local_storage_only(reason="fast-forward replaces main's snapshots under the table's commit lock: on "
+                                       "local disk the publish lock; an object store needs the JDBC catalog's")
+def test_fast_forward_to_a_branch_committed_before_main_is_what_iceberg_readers_see(
+        catalog: strata.Catalog, warehouse_options: dict[str, str], rest_uri: str) -> None:
+    """The branch's snapshot 2 was committed before main's snapshot 2, which the fast-forward
+    replaces: the mirror, showing main's 2, must not take the branch's for it (its entry's time is
+    after the branch's commit) and must show the branch's rows."""
+    table = catalog.create_table("db.t", SCHEMA, options={"metadata.iceberg.storage": "table-location"})
+    table.write(batch(1, 2))
+    table.create_branch("fix", from_snapshot=1)
+    table.on_branch("fix").write(batch(20))
+    table.write(batch(3))  # main's snapshot 2, committed after the branch's
+    assert current_metadata(table)["current-snapshot-id"] == 2
+    table.fast_forward("fix")
+    assert rows(table.to_arrow()) == rows(batch(1, 2, 20))
+    assert_iceberg_reads_the_table(table, warehouse_options, rest_uri)
+    table.write(batch(30))
+    assert_iceberg_reads_the_table(table, warehouse_options, rest_uri)
