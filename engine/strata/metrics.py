@@ -326,7 +326,9 @@ def forget_table(table: str) -> None:
     or renamed table's last values would otherwise be served for as long as the process lives, and
     each table adds some 80 series to every scrape. Recording for it again starts them anew."""
     for metric, position in _BY_TABLE:
-        for values in [v for v in list(metric._metrics) if v[position] == table]:
+        with metric._lock:  # the children's dict grows under it (a labels() call of another thread)
+            doomed = [values for values in metric._metrics if values[position] == table]
+        for values in doomed:
             with suppress(KeyError):  # removed meanwhile by another thread
                 metric.remove(*values)
     with _lock:
