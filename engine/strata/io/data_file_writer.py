@@ -6,8 +6,10 @@ stream its merged output through one writer in bounded memory.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,10 +41,14 @@ ROW_GROUP_ROWS = 32 * 1024
 MAX_ROW_GROUP_ROWS = 1024 * 1024
 # A table written whole (a flushed write buffer, a batch) is in memory already, so its groups may
 # hold up to this many times as much, nearer parquet-mr's 128 MB of encoded data, while its file
-# stays within the target size (Arrow bytes over ARROW_BYTES_PER_FILE_BYTE): Trino plans a split
-# per row group. A merge that streams keeps groups of ROW_GROUP_BYTES, the most rows the writer
-# holds (pyarrow's writer has no buffered row groups).
+# stays within the target size (Arrow bytes over ARROW_BYTES_PER_FILE_BYTE): Trino reads a file of
+# few large groups faster than one of many (see the benchmarks page). A merge that streams holds
+# its group's rows until the group is written (pyarrow's writer has no buffered row groups), so it
+# takes groups that large only while fewer than LARGE_GROUP_MERGES merges of the process do; the
+# others keep groups of ROW_GROUP_BYTES. What merges hold beyond that is bounded per process, by
+# LARGE_GROUP_MERGES x (IN_MEMORY_GROUP_FACTOR - 1) x ROW_GROUP_BYTES.
 IN_MEMORY_GROUP_FACTOR = 4
+LARGE_GROUP_MERGES = 2
 ARROW_BYTES_PER_FILE_BYTE = 3
 # rows written between size checks when rolling (at most one row group); a file overshoots the
 # target by at most this.
@@ -167,15 +173,15 @@ class DataFileWriter:
               first_sequence: int = 0) -> list[DataFileMeta]:
         """Write `table` (in file layout and, for PK tables, sorted by key), in memory whole: its
         row groups may be larger than a streamed merge's (IN_MEMORY_GROUP_FACTOR)."""
-        return self._write_chunks(_recut([self._in_file_schema(table)], self._whole_group_rows),
+        return self._write_chunks(_recut([self._in_file_schema(table)], self._large_group_rows),
                                   level, file_source, first_sequence)
 
-    def _whole_group_rows(self, table: pa.Table) -> int:
-        """Rows per group of a table written whole: up to IN_MEMORY_GROUP_FACTOR groups' worth,
-        as many as fill the target file size, never fewer than a streamed merge's groups."""
+    def _large_group_rows(self, table: pa.Table) -> int:
+        """Rows per large group: up to IN_MEMORY_GROUP_FACTOR groups' worth, as many as fill the
+        target file size, never fewer than ROW_GROUP_BYTES' worth."""
         in_file = int(ARROW_BYTES_PER_FILE_BYTE * self.config.target_file_size / _bytes_per_row(table))
-        streamed = row_group_rows(table)
-        return min(ROLL_CHECK_ROWS, max(streamed, min(row_group_rows(table, IN_MEMORY_GROUP_FACTOR), in_file)))
+        large = min(row_group_rows(table, IN_MEMORY_GROUP_FACTOR), in_file)
+        return min(ROLL_CHECK_ROWS, max(row_group_rows(table), large))
 
     def _in_file_schema(self, table: pa.Table) -> pa.Table:
         """`table` under the file schema (its field ids and nullability). Columns of the file's type
@@ -191,10 +197,13 @@ class DataFileWriter:
 
     def write_stream(self, tables: Iterable[pa.Table], level: int, file_source: int = FILE_SOURCE_APPEND,
                      first_sequence: int = 0) -> list[DataFileMeta]:
-        """Write consecutive tables (each in key order after the previous) into rolling files."""
+        """Write consecutive tables (each in key order after the previous) into rolling files: in
+        large groups while the process has room for them (LARGE_GROUP_MERGES), else in groups of
+        ROW_GROUP_BYTES."""
         streamed = (self._in_file_schema(t) for t in tables)
-        return self._write_chunks(_recut(streamed, lambda t: min(row_group_rows(t), ROLL_CHECK_ROWS)),
-                                  level, file_source, first_sequence)
+        with _large_group_room() as large:
+            group_rows = self._large_group_rows if large else row_group_rows
+            return self._write_chunks(_recut(streamed, group_rows), level, file_source, first_sequence)
 
     def _write_chunks(self, chunks: Iterable[pa.Table], level: int, file_source: int,
                       first_sequence: int) -> list[DataFileMeta]:
@@ -363,6 +372,21 @@ def _leaf_paths(schema: pa.Schema) -> list[str]:
     writer.close()
     meta = writer.writer.metadata
     return [meta.schema.column(i).path for i in range(meta.num_columns)]
+
+
+_large_group_merges = threading.BoundedSemaphore(LARGE_GROUP_MERGES)
+
+
+@contextmanager
+def _large_group_room() -> Iterator[bool]:
+    """Whether a streamed merge may write large groups (one of LARGE_GROUP_MERGES places, held
+    until it ends), without waiting for a place: a merge that finds none writes smaller groups."""
+    taken = _large_group_merges.acquire(blocking=False)
+    try:
+        yield taken
+    finally:
+        if taken:
+            _large_group_merges.release()
 
 
 def row_group_rows(sample: pa.Table, factor: int = 1) -> int:

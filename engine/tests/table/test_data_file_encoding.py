@@ -5,15 +5,19 @@ that ascend (keys, sequence numbers) are delta-encoded."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import strata
 from strata.io import data_file_writer
 from strata.io.data_file_writer import ROW_GROUP_ROWS, row_group_rows
+from strata.io.paths import PathFactory
+from strata.table.write import TableWrite
 
 ROWS = 40_000  # more than one row group (32k rows)
 
@@ -87,8 +91,9 @@ def test_a_compaction_of_small_runs_writes_full_row_groups(tmp_path, monkeypatch
 def test_row_groups_hold_about_row_group_bytes(tmp_path, monkeypatch) -> None:
     """Narrow rows make few large row groups, wide rows more, smaller ones: each a whole number of
     ROW_GROUP_ROWS near IN_MEMORY_GROUP_FACTOR x ROW_GROUP_BYTES of Arrow data for a table written
-    whole (a scan pays per group and per request), near ROW_GROUP_BYTES for a streamed merge (the
-    rows a compaction holds). Scaled down 32x in bytes and rows, so that the test writes megabytes."""
+    whole (a scan pays per group and per request), and for a streamed merge while the process has
+    room for it; near ROW_GROUP_BYTES for a merge that finds LARGE_GROUP_MERGES others holding
+    large groups. Scaled down 32x in bytes and rows, so that the test writes megabytes."""
     monkeypatch.setattr(data_file_writer, "ROW_GROUP_BYTES", 1024 * 1024)
     monkeypatch.setattr(data_file_writer, "ROW_GROUP_ROWS", 1024)
     catalog = strata.load_catalog(str(tmp_path / "wh"))
@@ -99,26 +104,54 @@ def test_row_groups_hold_about_row_group_bytes(tmp_path, monkeypatch) -> None:
     for name, data in (("narrow", narrow), ("wide", wide)):
         table = catalog.create_table(f"db.{name}", data.schema, options={"bucket": "-1"})
         table.write(data)
-        [split] = table.scan()
-        [data_file] = split.files
-        metadata = pq.ParquetFile(f"{split.bucket_path}/{data_file.file_name}").metadata
-        groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+        groups = _row_groups(table)
         factor = data_file_writer.IN_MEMORY_GROUP_FACTOR
         expected = row_group_rows(data, factor)
         assert groups[:-1] == [expected] * (len(groups) - 1) and 0 < groups[-1] <= expected, (name, groups)
         assert expected % 1024 == 0
         if name == "narrow":
             assert groups == [rows]  # 16 bytes a row: 64k rows a group, one group
-        else:
-            assert len(groups) == -(-rows // expected) > 2  # about 410 bytes a row: 10k rows a group
-            assert factor * 512 * 1024 <= expected * wide.nbytes / rows <= factor * 1024 * 1024
-            table.write(data)
-            table.compact(full=True)  # a merge of the two files, streamed: groups of ROW_GROUP_BYTES
-            [split] = table.scan()
-            [merged] = split.files
-            metadata = pq.ParquetFile(f"{split.bucket_path}/{merged.file_name}").metadata
-            streamed = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
-            assert streamed[:-1] == [row_group_rows(data)] * (len(streamed) - 1) and len(streamed) > len(groups)
+            continue
+        assert len(groups) == -(-rows // expected) > 2  # about 410 bytes a row: 10k rows a group
+        assert factor * 512 * 1024 <= expected * wide.nbytes / rows <= factor * 1024 * 1024
+        table.write(data)
+        table.compact(full=True)  # a merge of the two files, streamed, with room: large groups
+        assert _row_groups(table) == [expected] * (2 * rows // expected) + [2 * rows % expected]
+        table.write(data)
+        with data_file_writer._large_group_room() as first, data_file_writer._large_group_room() as second:
+            assert first and second  # two merges of the process hold large groups: no room for a third
+            table.compact(full=True)
+        streamed = _row_groups(table)
+        assert streamed[:-1] == [row_group_rows(data)] * (len(streamed) - 1) and len(streamed) > 3 * len(groups)
+
+
+def test_a_failed_merge_gives_back_its_room_for_large_groups(tmp_path) -> None:
+    """A merge that fails midway leaves the process's room for large groups as it found it."""
+    catalog = strata.load_catalog(str(tmp_path / "wh"))
+    catalog.create_database("db")
+    schema = pa.schema([pa.field("id", pa.int64())])
+    table = catalog.create_table("db.t", schema, options={"bucket": "-1"})
+    writer = data_file_writer.DataFileWriter(table.store.file_io, PathFactory(table.path), str(tmp_path / "out"),
+                                             TableWrite(table.store).config)
+
+    def failing() -> Iterator[pa.Table]:
+        yield pa.table({"id": [1]}, schema=schema)
+        raise OSError("the input went away")
+
+    with pytest.raises(OSError, match="went away"):
+        writer.write_stream(failing(), level=1)
+    taken = [data_file_writer._large_group_merges.acquire(blocking=False)
+             for _ in range(data_file_writer.LARGE_GROUP_MERGES)]
+    for _ in taken:
+        data_file_writer._large_group_merges.release()
+    assert all(taken)
+
+
+def _row_groups(table: strata.Table) -> list[int]:
+    [split] = table.scan()
+    [data_file] = split.files
+    metadata = pq.ParquetFile(f"{split.bucket_path}/{data_file.file_name}").metadata
+    return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
 
 
 def test_a_writer_samples_cardinality_every_few_files(tmp_path) -> None:
