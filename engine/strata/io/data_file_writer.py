@@ -171,8 +171,8 @@ class DataFileWriter:
 
     def write(self, table: pa.Table, level: int, file_source: int = FILE_SOURCE_APPEND,
               first_sequence: int = 0) -> list[DataFileMeta]:
-        """Write `table` (in file layout and, for PK tables, sorted by key), in memory whole: its
-        row groups may be larger than a streamed merge's (IN_MEMORY_GROUP_FACTOR)."""
+        """Write `table` (in file layout and, for PK tables, sorted by key), in memory whole, so
+        always in large groups (IN_MEMORY_GROUP_FACTOR)."""
         return self._write_chunks(_recut([self._in_file_schema(table)], self._large_group_rows),
                                   level, file_source, first_sequence)
 
