@@ -140,11 +140,8 @@ def test_a_failed_merge_gives_back_its_room_for_large_groups(tmp_path) -> None:
 
     with pytest.raises(OSError, match="went away"):
         writer.write_stream(failing(), level=1)
-    taken = [data_file_writer._large_group_merges.acquire(blocking=False)
-             for _ in range(data_file_writer.LARGE_GROUP_MERGES)]
-    for _ in taken:
-        data_file_writer._large_group_merges.release()
-    assert all(taken)
+    with data_file_writer._large_group_room() as first, data_file_writer._large_group_room() as second:
+        assert first and second  # both places free again
 
 
 def _row_groups(table: strata.Table) -> list[int]:
