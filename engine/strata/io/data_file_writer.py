@@ -53,11 +53,14 @@ ARROW_BYTES_PER_FILE_BYTE = 3
 # rows written between size checks when rolling (at most one row group); a file overshoots the
 # target by at most this.
 ROLL_CHECK_ROWS = IN_MEMORY_GROUP_FACTOR * MAX_ROW_GROUP_ROWS
-# A column chunk falls back from dictionary to plain encoding once its dictionary passes this:
-# low-cardinality columns (partition values, row kinds, enums) keep their dictionaries, while
-# unique keys, measures and free text stop paying for a dictionary that saves nothing (Arrow's
-# 1 MB default never falls back within a row group: writes cost more CPU and files grew).
-DICTIONARY_PAGE_LIMIT = 16 * 1024
+# A column is written with a dictionary when, over a sample of its first rows, the dictionary and
+# the indices into it take fewer bytes than the values themselves: parquet-mr's test at the end of
+# its first page, so low- and mid-cardinality columns (enums, dates, a supplier key) keep the
+# dictionaries Paimon's and Trino's writers give them, and readers (Trino's dictionary blocks)
+# decode less, while unique keys, measures and free text are plain from the start. A dictionary
+# that grows past DICTIONARY_PAGE_LIMIT later in a column chunk falls back to plain there.
+DICTIONARY_SAMPLE_ROWS = 32 * 1024
+DICTIONARY_PAGE_LIMIT = 1024 * 1024
 # A writer samples its columns' cardinality (see DataFileWriter._encodings) for its first file and
 # again every this many files: sampling every file would cost a noticeable share of small writes.
 ENCODING_SAMPLE_FILES = 16
@@ -244,7 +247,7 @@ class DataFileWriter:
         was taken less than ENCODING_SAMPLE_FILES files ago on as many rows (a bucket's columns
         keep their cardinality from file to file; a wrong guess costs size or speed, never
         correctness). A few rows say little: a larger file samples again."""
-        rows = min(first.num_rows, PAGE_ROWS)
+        rows = min(first.num_rows, DICTIONARY_SAMPLE_ROWS)
         if self._sampled is None or self._files_since_sample >= ENCODING_SAMPLE_FILES or rows > self._sampled_rows:
             self._sampled, self._sampled_rows, self._files_since_sample = self._sample_encodings(first), rows, 0
         self._files_since_sample += 1
@@ -252,13 +255,13 @@ class DataFileWriter:
 
     def _sample_encodings(self, first: pa.Table) -> dict[str, Any]:
         """ParquetWriter arguments: the ascending integer columns DELTA_BINARY_PACKED; the columns
-        whose first rows already overflow a dictionary page (unique keys, measures, free text)
-        without a dictionary, strings as DELTA_LENGTH_BYTE_ARRAY (lengths apart from the bytes:
+        whose first rows a dictionary would not shrink (unique keys, measures, free text) without
+        one, strings as DELTA_LENGTH_BYTE_ARRAY (lengths apart from the bytes:
         a quarter faster to encode, smaller); the others dictionary first, falling back to plain."""
         encodings = dict.fromkeys(self.delta, "DELTA_BINARY_PACKED")
         plain = []
         for name in first.column_names:
-            if name in encodings or not _overflows_dictionary(first.column(name)):
+            if name in encodings or not _plain_is_smaller(first.column(name)):
                 continue
             kind = first.schema.field(name).type
             if pa.types.is_string(kind) or pa.types.is_binary(kind):
@@ -347,20 +350,31 @@ def _delta_type(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_date32(t) or pa.types.is_timestamp(t)
 
 
-def _overflows_dictionary(column: pa.ChunkedArray) -> bool:
-    """Whether the distinct values of a sample of the column alone pass DICTIONARY_PAGE_LIMIT: its
-    dictionary would fall back to plain pages within the first page, after the hashing is paid."""
+def _plain_is_smaller(column: pa.ChunkedArray) -> bool:
+    """Whether a sample of the column's first rows takes fewer bytes plain than as a dictionary
+    and its indices, or its dictionary alone would pass DICTIONARY_PAGE_LIMIT (see
+    DICTIONARY_SAMPLE_ROWS)."""
     t = column.type
-    sample = column.slice(0, PAGE_ROWS)
+    sample = column.slice(0, DICTIONARY_SAMPLE_ROWS)
+    values = len(sample) - sample.null_count
     if pa.types.is_string(t) or pa.types.is_binary(t):
         distinct = pc.unique(sample)
-        return int(pc.sum(pc.binary_length(distinct)).as_py() or 0) > DICTIONARY_PAGE_LIMIT
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t):
-        return pc.count_distinct(sample).as_py() * t.byte_width > DICTIONARY_PAGE_LIMIT
+        dictionary = int(pc.sum(pc.binary_length(distinct)).as_py() or 0) + 4 * len(distinct)
+        plain = int(pc.sum(pc.binary_length(sample)).as_py() or 0) + 4 * values
+        return _dictionary_costs_more(dictionary, len(distinct), values, plain)
     if pa.types.is_decimal(t):  # measures (prices, amounts): stored as INT32/INT64 up to 18 digits
         width = 4 if t.precision <= 9 else 8 if t.precision <= 18 else t.byte_width
-        return pc.count_distinct(sample).as_py() * width > DICTIONARY_PAGE_LIMIT
-    return False
+    elif pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t):
+        width = t.byte_width
+    else:
+        return False
+    distinct_count = pc.count_distinct(sample).as_py()
+    return _dictionary_costs_more(distinct_count * width, distinct_count, values, values * width)
+
+
+def _dictionary_costs_more(dictionary_bytes: int, distinct: int, values: int, plain_bytes: int) -> bool:
+    index_bytes = values * max(1, (distinct - 1).bit_length()) / 8  # bit-packed indices
+    return dictionary_bytes > DICTIONARY_PAGE_LIMIT or dictionary_bytes + index_bytes > plain_bytes
 
 
 def _leaf_paths(schema: pa.Schema) -> list[str]:
