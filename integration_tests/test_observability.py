@@ -294,7 +294,7 @@ class Workload(threading.Thread):
         db, catalog = self.db, self.catalog
         orders = catalog.create_table(f"{db}.orders", PK_SCHEMA, primary_keys=["id"], options={
             "bucket": "2", "num-sorted-run.compaction-trigger": "2", "num-sorted-run.stop-trigger": "2",
-            "write-buffer-size": "8 kb"})
+            "write-buffer-size": "8 kb", "write-buffer-spillable": "false"})  # flushes when full
         events = catalog.create_table(f"{db}.events", EVENT_SCHEMA, partition_keys=["day"], options={
             "snapshot.num-retained.min": "3", "snapshot.num-retained.max": "6",
             "metadata.iceberg.storage": "table-location"})  # the Iceberg sync's series (mirror alert)
@@ -479,7 +479,7 @@ def test_every_dashboard_query_returns_data(prometheus: PrometheusService, tmp_p
         assert total(f'strata_commits_total{{table="{db}.rollup",result="conflict"}}') == 1
         assert total(f'strata_commit_duplicates_total{{table="{db}.rollup"}}') == 1
         assert total(f'strata_compactions_total{{table=~"{tables}",result="success"}}') >= 3
-        assert total(f'strata_write_flushes_total{{table="{db}.orders",reason="spill"}}') >= 1
+        assert total(f'strata_write_flushes_total{{table="{db}.orders",reason="full"}}') >= 1
         assert total(f'strata_table_records{{table="{db}.batch"}}') == 10
         assert total(f'strata_expire_snapshots_deleted_total{{table="{db}.events"}}') >= 1
         assert total(f'strata_orphan_cleanup_runs_total{{table="{db}.rollup",result="success"}}') == 1

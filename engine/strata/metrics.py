@@ -203,7 +203,12 @@ WRITE_BUFFER = _gauge("strata_write_buffer_bytes", "Bytes held in the write buff
 WRITE_BUFFER_LIMIT = _gauge("strata_write_buffer_limit_bytes", "The write-buffer-size of the table's "
                             "writers (the buffer flushes above it).", T, "write")
 WRITE_FLUSHES = _counter("strata_write_flushes_total", "Write buffer flushes into level-0 files, by reason: "
-                         "spill (the buffer passed write-buffer-size) or commit.", ("table", "reason"), "write")
+                         "full (the buffer passed write-buffer-size and could not spill) or commit.",
+                         ("table", "reason"), "write")
+WRITE_SPILLS = _counter("strata_write_spills_total", "Write buffers spilled to local disk as sorted runs "
+                        "(write-buffer-spillable), merged into the bucket's next flush.", T, "write")
+WRITE_SPILL_BYTES = _counter("strata_write_spill_bytes_total", "Bytes of the sorted runs spilled to local disk.",
+                             T, "write")
 LSM_LEVEL0_MAX = _gauge("strata_lsm_level0_files_max", "Most level-0 files in one bucket of the table's "
                         "writers (after the last commit).", T, "write")
 LSM_LEVEL0_AVG = _gauge("strata_lsm_level0_files_avg", "Average level-0 files per bucket of the table's "
@@ -444,9 +449,11 @@ class WriteMetrics:
         self._buffered = 0
         WRITE_BUFFER_LIMIT.labels(table).set(buffer_limit)
         if _first_time("write", table):
-            for reason in ("spill", "commit"):
+            for reason in ("full", "commit"):
                 WRITE_FLUSHES.labels(table, reason)
             WRITE_BUFFER.labels(table)
+            WRITE_SPILLS.labels(table)
+            WRITE_SPILL_BYTES.labels(table)
 
     def written(self, records: int, writers: Iterable[_BufferedWriter]) -> None:
         WRITE_RECORDS.labels(self.table).inc(records)
@@ -460,6 +467,10 @@ class WriteMetrics:
     def flushed(self, reason: str, count: int = 1) -> None:
         if count:
             WRITE_FLUSHES.labels(self.table, reason).inc(count)
+
+    def spilled(self, disk_bytes: int) -> None:
+        WRITE_SPILLS.labels(self.table).inc()
+        WRITE_SPILL_BYTES.labels(self.table).inc(disk_bytes)
 
     def committing(self, writers: Iterable[_BufferedWriter]) -> None:
         """Before prepare_commit flushes: every non-empty buffer is a commit flush."""

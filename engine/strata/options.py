@@ -116,7 +116,13 @@ _OPTIONS: list[Option] = [
     Option("manifest.compression", "zstd", _choice("zstd", "null", "deflate", "snappy"), "manifest codec"),
     Option("target-file-size", None, parse_memory, "target data file size (128 MB PK, 256 MB append)"),
     Option("write-buffer-size", "256 mb", parse_memory, "memory of a writer's buffers before a flush"),
-    Option("write-buffer-spillable", "true", _bool, "accepted for compatibility"),
+    Option("write-buffer-spillable", None, _bool,
+           "a primary-key writer spills a full buffer to local disk as a sorted run and merges the runs into one "
+           "level-0 run when it flushes (default: on object storage, or when target-file-size > write-buffer-size)"),
+    Option("write-buffer-spill.max-disk-size", None, parse_memory,
+           "local disk a writer's spilled runs may take; past it the writer flushes instead (default: no limit)"),
+    Option("spill-compression", "zstd", _choice("zstd", "lz4", "none"), "compression of spilled runs"),
+    Option("spill-compression.zstd-level", "1", int, "zstd level of spilled runs"),
     Option("page-size", "64 kb", parse_memory, "accepted for compatibility"),
     Option("merge-engine", "deduplicate",
            _choice("deduplicate", "partial-update", "aggregation", "first-row"), "merge engine"),
@@ -273,6 +279,14 @@ class CoreOptions:
         if size is not None:
             return int(size)
         return (128 if has_primary_key else 256) * MiB
+
+    def write_buffer_spillable(self, has_primary_key: bool, object_store: bool) -> bool:
+        """Paimon's default: spillable on object storage (where every file costs requests) or when
+        a file may hold more than one buffer's worth of rows."""
+        value = self.get("write-buffer-spillable")
+        if value is not None:
+            return bool(value)
+        return object_store or self.target_file_size(has_primary_key) > int(self.get("write-buffer-size"))
 
     @property
     def merge_engine(self) -> str:

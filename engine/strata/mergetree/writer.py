@@ -21,7 +21,9 @@ from strata.mergetree.compact.universal import CompactUnit
 from strata.mergetree.dv_compaction import DeletionVectorCompaction, PositionedReader, Purged
 from strata.mergetree.lookup import LevelLookup
 from strata.mergetree.merge_function import DeduplicateMerge, FirstRowMerge, MergeFunction
+from strata.mergetree.merge_reader import merge_runs
 from strata.mergetree.sorting import group_ends, sort_by_key
+from strata.mergetree.spill import SpilledRuns
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 
 
@@ -52,15 +54,26 @@ class BucketWriter:
         return rows
 
     def flush(self) -> None:
-        if not self.buffer:
+        if not self._pending():
             return
-        table = pa.concat_tables(self.buffer) if len(self.buffer) > 1 else self.buffer[0]
-        self.buffer, self.buffered_bytes = [], 0
-        files = self._flush_table(table)
+        files = self._flush_table(self._take_buffer())
         self.new_files.extend(files)
         self._after_flush(files)
 
-    def _flush_table(self, table: pa.Table) -> list[DataFileMeta]:
+    def _pending(self) -> bool:
+        """Whether a flush has rows to write."""
+        return bool(self.buffer)
+
+    def _take_buffer(self) -> pa.Table | None:
+        """The buffered rows as one table (None if there are none); the buffer is emptied."""
+        if not self.buffer:
+            return None
+        table = pa.concat_tables(self.buffer) if len(self.buffer) > 1 else self.buffer[0]
+        self.buffer, self.buffered_bytes = [], 0
+        return table
+
+    def _flush_table(self, table: pa.Table | None) -> list[DataFileMeta]:
+        assert table is not None
         return self.file_writer.write(table, level=0, first_sequence=self.next_sequence - table.num_rows)
 
     def _after_flush(self, files: list[DataFileMeta]) -> None:
@@ -133,13 +146,16 @@ class CompactionContext:
 class KeyValueBucketWriter(BucketWriter):
     """Primary-key tables: each flush is one sorted, merged run at level 0, compacted in the
     background by universal compaction. With the lookup changelog producer (and for first-row
-    tables) every commit first moves its level-0 files up (see mergetree/lookup.py)."""
+    tables) every commit first moves its level-0 files up (see mergetree/lookup.py). With
+    `spilled`, a full buffer can spill to local disk (spill()), and the next flush merges the
+    spilled runs and the buffer into its one run."""
 
     def __init__(self, schema: TableSchema, partition: bytes, bucket: int, total_buckets: int,
                  file_writer: DataFileWriter, next_sequence: int, merge_function: MergeFunction,
-                 compaction: CompactionContext):
+                 compaction: CompactionContext, spilled: SpilledRuns | None = None):
         super().__init__(schema, partition, bucket, total_buckets, file_writer, next_sequence)
         self.merge_function = merge_function
+        self.spilled = spilled
         self.key_names = [KEY_PREFIX + f.name for f in schema.key_fields()]
         self.compaction = compaction
         self.lookup: LevelLookup | None = None
@@ -185,7 +201,33 @@ class KeyValueBucketWriter(BucketWriter):
         names = [*self.key_names, SEQUENCE_NUMBER, VALUE_KIND, *rows.column_names]
         return pa.Table.from_arrays(columns, names=names)
 
-    def _flush_table(self, table: pa.Table) -> list[DataFileMeta]:
+    def spill(self) -> int:
+        """Write the buffer, sorted and merged, to local disk: it joins the next flush's run.
+        The bytes written."""
+        assert self.spilled is not None
+        table = self._take_buffer()
+        return 0 if table is None else self.spilled.add(self._merged(table))
+
+    def _pending(self) -> bool:
+        return bool(self.buffer) or bool(self.spilled)
+
+    def _flush_table(self, table: pa.Table | None) -> list[DataFileMeta]:
+        merged = None if table is None else self._merged(table)
+        if self.spilled:
+            runs = self.spilled.runs() + ([iter([merged])] if merged is not None else [])
+            try:
+                return self.file_writer.write_stream(merge_runs(runs, self.key_names, self.merge_function), level=0)
+            finally:
+                self.spilled.close()
+        assert merged is not None
+        files = self.file_writer.write(merged, level=0)
+        if self.dv_compaction is not None and self.compaction.manager is not None:
+            self.dv_compaction.flushed(files, merged)  # moved up by this commit's compaction
+        return files
+
+    def _merged(self, table: pa.Table) -> pa.Table:
+        """The buffered `table` sorted by key, each key's records merged into one (with the input
+        changelog producer, every record goes to a changelog file first)."""
         # rows are buffered in sequence order and the sort is stable, so ties keep that order
         order = sort_by_key(table, self.key_names, None)
         context = self.compaction
@@ -193,21 +235,16 @@ class KeyValueBucketWriter(BucketWriter):
             # the input is already a complete changelog: keep every record, in key order
             ordered = table.take(order)
             self.changelog_files.extend(context.changelog_writer.write(ordered, level=0))
-            merged = self.merge_function.merge(ordered, self.key_names)
-        elif _latest_wins(self.merge_function):
+            return self.merge_function.merge(ordered, self.key_names)
+        if _latest_wins(self.merge_function):
             # each key's last record wins: choose the winners from the keys, gather the rows once
             # (not at all when they came sorted and unique, as in a bulk load from sorted data)
             sorted_input = _is_identity(order)
             keys = table.select(self.key_names) if sorted_input else \
                 pa.table({k: table.column(k).take(order) for k in self.key_names})
             winners = order[group_ends(keys, self.key_names)]
-            merged = table if sorted_input and len(winners) == len(order) else table.take(pa.array(winners))
-        else:
-            merged = self.merge_function.merge(table.take(order), self.key_names)
-        files = self.file_writer.write(merged, level=0)
-        if self.dv_compaction is not None and context.manager is not None:
-            self.dv_compaction.flushed(files, merged)  # moved up by this commit's compaction
-        return files
+            return table if sorted_input and len(winners) == len(order) else table.take(pa.array(winners))
+        return self.merge_function.merge(table.take(order), self.key_names)
 
     @property
     def waits_at_commit(self) -> bool:
@@ -385,12 +422,21 @@ class KeyValueBucketWriter(BucketWriter):
         self.compacted.after.extend(result.after)
         self.compacted.changelog.extend(result.changelog)
 
+    def take_over(self, old: BucketWriter) -> None:
+        super().take_over(old)
+        if isinstance(old, KeyValueBucketWriter) and old.spilled:
+            if self.spilled is not None:
+                self.spilled.close()
+            self.spilled, old.spilled = old.spilled, None
+
     def close(self) -> None:
         manager = self.compaction.manager
         if manager is not None and manager.future is not None:
             manager.future.cancel()
         if self.purge is not None:
             self.purge.cancel()
+        if self.spilled is not None:
+            self.spilled.close()  # unflushed rows are discarded, as the buffer's are
 
 
 def _is_identity(order: np.ndarray) -> bool:

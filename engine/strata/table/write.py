@@ -28,6 +28,7 @@ from strata.mergetree.compact.manager import CompactManager
 from strata.mergetree.compact.universal import UniversalCompaction
 from strata.mergetree.levels import Levels
 from strata.mergetree.merge_function import merge_function_for
+from strata.mergetree.spill import SpilledRuns
 from strata.mergetree.writer import AppendBucketWriter, BucketWriter, CompactionContext, KeyValueBucketWriter
 from strata.operation.commit import key_decoder
 from strata.options import POSTPONE_BUCKET, CoreOptions
@@ -120,6 +121,9 @@ class TableWrite:
         self.paths = PathFactory(table.path)
         self.where = f"table {table.identifier}"
         self.buffer_limit = int(self.core.get("write-buffer-size"))
+        self.spillable = self.core.write_buffer_spillable(bool(self.schema.primary_keys), table.file_io.is_object_store)
+        max_disk = self.core.get("write-buffer-spill.max-disk-size")
+        self.spill_disk_limit = int(max_disk) if max_disk is not None else None
         self.writers: dict[tuple[bytes, int], BucketWriter] = {}
         self.partition_dirs: dict[bytes, str] = {}
         # None until read from the latest snapshot; an overwrite restores nothing
@@ -302,11 +306,18 @@ class TableWrite:
                     read_positioned=self._file_reader(bucket_dir, vectors, positions=True) if vectors else None,
                     delete_ratio_threshold=self.core.delete_ratio_threshold)
                 writer = KeyValueBucketWriter(self.schema, partition, bucket, total, file_writer,
-                                              next_seq, self.merge_function, context)
+                                              next_seq, self.merge_function, context, self._spilled_runs())
             else:
                 writer = AppendBucketWriter(self.schema, partition, bucket, total, file_writer, next_seq)
             self.writers[(partition, bucket)] = writer
         return writer
+
+    def _spilled_runs(self) -> SpilledRuns | None:
+        if not self.spillable:
+            return None
+        codec = str(self.core.get("spill-compression"))
+        return SpilledRuns(None if codec == "none" else codec,
+                           int(self.core.get("spill-compression.zstd-level")) if codec == "zstd" else None)
 
     def _restored_files(self, partition: bytes, bucket: int) -> list[DataFileMeta]:
         """Live files of a bucket in the latest snapshot (sequence numbers and LSM levels restore
@@ -367,16 +378,24 @@ class TableWrite:
                                      int(target) if not self.schema.primary_keys and self.num_buckets < 1 else None)
 
     def _bound_memory(self) -> None:
-        """Flush the largest buffers until the writer is back under half its budget."""
+        """Spill or flush the largest buffers until the writer is back under half its budget."""
         total = sum(w.buffered_bytes for w in self.writers.values())
         if total <= self.buffer_limit:
             return
         for writer in sorted(self.writers.values(), key=lambda w: w.buffered_bytes, reverse=True):
             total -= writer.buffered_bytes
-            writer.flush()
-            self.write_metrics.flushed("spill")
+            if self._may_spill(writer):
+                assert isinstance(writer, KeyValueBucketWriter)
+                self.write_metrics.spilled(writer.spill())
+            else:
+                writer.flush()
+                self.write_metrics.flushed("full")
             if total <= self.buffer_limit // 2:
                 break
+
+    def _may_spill(self, writer: BucketWriter) -> bool:
+        spilled = writer.spilled if isinstance(writer, KeyValueBucketWriter) else None
+        return spilled is not None and (self.spill_disk_limit is None or spilled.disk_bytes < self.spill_disk_limit)
 
     # -- committing ----------------------------------------------------------------------
     def prepare_commit(self, wait_compaction: bool = False) -> list[CommitMessage]:
@@ -436,8 +455,8 @@ class TableWrite:
         stale, self.writers = self.writers, {}
         self._restored = self._restored_index = None
         for (partition, bucket), old in stale.items():
+            self._writer(partition, bucket).take_over(old)  # first: closing drops its spilled runs
             old.close()
-            self._writer(partition, bucket).take_over(old)
 
     def _start_hash_index_writes(self) -> list[tuple[bytes, int, list[IndexManifestEntry], HashClaim, Future[Any]]]:
         """The new HASH index files of the buckets that got new keys, each written on the bucket

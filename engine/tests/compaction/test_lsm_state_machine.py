@@ -38,12 +38,13 @@ class LsmMachine(RuleBasedStateMachine):
         self.options = options
 
     @initialize(producer=st.sampled_from(["none", "input", "lookup", "full-compaction"]),
-                buckets=st.integers(1, 3), trigger=st.integers(2, 4))
-    def create(self, producer: str, buckets: int, trigger: int) -> None:
+                buckets=st.integers(1, 3), trigger=st.integers(2, 4), spillable=st.booleans())
+    def create(self, producer: str, buckets: int, trigger: int, spillable: bool) -> None:
         catalog = strata.load_catalog(self.dir, **self.options)
         catalog.create_database("db")
         options = {"bucket": str(buckets), "changelog-producer": producer,
-                   "num-sorted-run.compaction-trigger": str(trigger), "write-buffer-size": "4 kb"}
+                   "num-sorted-run.compaction-trigger": str(trigger), "write-buffer-size": "4 kb",
+                   "write-buffer-spillable": str(spillable).lower()}
         self.table = catalog.create_table("db.t", SCHEMA, primary_keys=["k"], options=options)
         self.producer = producer
         self.model: dict[int, int | None] = {}

@@ -67,14 +67,15 @@ class MergeEngineMachine(RuleBasedStateMachine):
         self.variants = variants
 
     @initialize(data=st.data(), buckets=st.integers(1, 2), trigger=st.integers(2, 4),
-                buffer=st.sampled_from(["1 kb", "64 kb"]))
-    def create(self, data: st.DataObject, buckets: int, trigger: int, buffer: str) -> None:
+                buffer=st.sampled_from(["1 kb", "64 kb"]), spillable=st.booleans())
+    def create(self, data: st.DataObject, buckets: int, trigger: int, buffer: str, spillable: bool) -> None:
         self.model = data.draw(st.sampled_from(self.variants), label="engine")
         self.producer = data.draw(st.sampled_from(self.model.producers), label="changelog-producer")
         self.catalog = strata.load_catalog(self.dir, **self.options)
         self.catalog.create_database("db")
         options = {**self.model.options, "bucket": str(buckets), "changelog-producer": self.producer,
-                   "num-sorted-run.compaction-trigger": str(trigger), "write-buffer-size": buffer}
+                   "num-sorted-run.compaction-trigger": str(trigger), "write-buffer-size": buffer,
+                   "write-buffer-spillable": str(spillable).lower()}
         self.table = self.catalog.create_table("db.t", self.model.schema, primary_keys=["k"], options=options)
         self.writer = self.table.new_write()
         self.current: dict[int, State | None] = {}

@@ -47,13 +47,15 @@ class DeletionVectorMachine(RuleBasedStateMachine):
         self.options = options
 
     @initialize(engine=st.sampled_from(sorted(ENGINES)), producer=st.sampled_from(["none", "input", "lookup"]),
-                buckets=st.integers(1, 3), trigger=st.integers(2, 4), bitmap64=st.booleans())
-    def create(self, engine: str, producer: str, buckets: int, trigger: int, bitmap64: bool) -> None:
+                buckets=st.integers(1, 3), trigger=st.integers(2, 4), bitmap64=st.booleans(),
+                spillable=st.booleans())
+    def create(self, engine: str, producer: str, buckets: int, trigger: int, bitmap64: bool, spillable: bool) -> None:
         catalog = strata.load_catalog(self.dir, **self.options)
         catalog.create_database("db")
         options = {"bucket": str(buckets), "changelog-producer": producer, "deletion-vectors.enabled": "true",
                    "deletion-vectors.bitmap64": str(bitmap64).lower(),
-                   "num-sorted-run.compaction-trigger": str(trigger), "write-buffer-size": "4 kb", **ENGINES[engine]}
+                   "num-sorted-run.compaction-trigger": str(trigger), "write-buffer-size": "4 kb",
+                   "write-buffer-spillable": str(spillable).lower(), **ENGINES[engine]}
         self.table = catalog.create_table("db.t", SCHEMA, primary_keys=["k"], options=options)
         self.engine, self.producer = engine, producer
         self.committed: dict[int, Row] = {}

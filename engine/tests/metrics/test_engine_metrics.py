@@ -159,15 +159,16 @@ def test_conflicting_compactions_count_a_conflict(catalog: strata.Catalog) -> No
 
 
 # -- writing and compaction ----------------------------------------------------------------------------
-def test_writer_buffer_spills_and_lsm_shape(catalog: strata.Catalog) -> None:
-    table = pk_table(catalog, "buffer", **{"write-buffer-size": "4 kb", "write-only": "true", "bucket": "1"})
+def test_writer_buffer_flushes_when_full_and_lsm_shape(catalog: strata.Catalog) -> None:
+    table = pk_table(catalog, "buffer", **{"write-buffer-size": "4 kb", "write-only": "true", "bucket": "1",
+                                           "write-buffer-spillable": "false"})
     d = Delta()
     commit = table.new_commit("w")
     with table.new_write() as writer:
         for i in range(5):
             writer.write_arrow(rows(range(i * 1000, i * 1000 + 1000)))
             assert value("strata_write_buffer_bytes", table="m.buffer") <= 4096
-        assert d("strata_write_flushes_total", table="m.buffer", reason="spill") >= 5
+        assert d("strata_write_flushes_total", table="m.buffer", reason="full") >= 5
         writer.write_arrow(rows(range(10)))
         assert value("strata_write_buffer_bytes", table="m.buffer") > 0
         commit.commit(writer.prepare_commit())
@@ -180,6 +181,21 @@ def test_writer_buffer_spills_and_lsm_shape(catalog: strata.Catalog) -> None:
     # a write-only writer has no LSM view: the compaction job below reports it
     table.compact(full=False)
     assert value("strata_lsm_sorted_runs_max", table="m.buffer") >= 1
+
+
+def test_writer_buffer_spills_to_disk_and_flushes_one_run(catalog: strata.Catalog) -> None:
+    # spillable by default here: the target file size (128 MB) is above the 4 kb buffer
+    table = pk_table(catalog, "spills", **{"write-buffer-size": "4 kb", "write-only": "true", "bucket": "1"})
+    d = Delta()
+    with table.new_write() as writer:
+        for i in range(5):
+            writer.write_arrow(rows(range(i * 1000, i * 1000 + 1000)))
+            assert value("strata_write_buffer_bytes", table="m.spills") <= 4096
+        assert d("strata_write_spills_total", table="m.spills") >= 5
+        assert d("strata_write_spill_bytes_total", table="m.spills") > 0
+        assert d("strata_write_flushes_total", table="m.spills", reason="full") == 0
+        table.new_commit("w").commit(writer.prepare_commit())
+    assert [f.row_count for s in table.scan() for f in s.files] == [5000]  # one level-0 run
 
 
 def test_compaction_counts_runs_bytes_and_files(catalog: strata.Catalog) -> None:

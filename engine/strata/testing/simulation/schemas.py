@@ -175,6 +175,12 @@ def _primary_options(rng: random.Random, keys: tuple[str, ...]) -> dict[str, str
     options["changelog-producer"] = rng.choice(producers)
     if dv:
         options["deletion-vectors.enabled"] = "true"
+    # a small buffer fills within a write: it flushes level-0 files, or spills sorted runs to disk.
+    # Drawn from a generator of its own, seeded by the main one's state without advancing it, so
+    # the recorded seeds replay the operations they did before these options existed.
+    buffer_rng = random.Random(repr(rng.getstate()[1]))
+    options["write-buffer-size"] = buffer_rng.choice(("2 kb", "256 mb"))
+    options["write-buffer-spillable"] = buffer_rng.choice(("true", "false"))
     return options
 
 
