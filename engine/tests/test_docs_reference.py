@@ -117,6 +117,10 @@ def test_a_bench_run_of_a_subset_keeps_the_other_figures(tmp_path: Path) -> None
         ("W1", 0.9), ("TRINO_SCAN", 1.6), ("GROWTH_COMMIT", None)]
     assert merged["tpch_per_query"] == previous["tpch_per_query"]
     assert merged["created"] == "2026-12-02"
+    # the caption names what this run measured and where the other figures came from
+    assert merged["source"].startswith("W1 from this run; the other workloads from ")
+    assert "from this run" not in bench_report.merge(previous, {**latest, "results": previous["results"]}).get(
+        "source", "")
 
 
 def test_bench_report_writes_the_results_and_the_same_plots_from_the_same_json(tmp_path: Path) -> None:

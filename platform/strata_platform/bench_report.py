@@ -59,6 +59,9 @@ def merge(previous: dict[str, Any] | None, latest: dict[str, Any]) -> dict[str, 
     ran = {row["workload"] for row in latest["results"]}
     kept = [row for row in previous["results"] if row["workload"] not in ran]
     merged = {**latest, "results": latest["results"] + kept}
+    if kept:  # the caption dates the figures: say which ones this run measured
+        earlier = previous.get("source") or f"a run of {str(previous.get('created', 'an unknown date'))[:10]}"
+        merged["source"] = f"{', '.join(sorted(ran))} from this run; the other workloads from {earlier}"
     if "tpch_per_query" not in latest and "tpch_per_query" in previous:
         merged["tpch_per_query"] = previous["tpch_per_query"]
     return merged
