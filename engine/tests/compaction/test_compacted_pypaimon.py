@@ -52,6 +52,7 @@ def test_pypaimon_reads_multi_level_tables_of_every_merge_engine(tmp_path) -> No
     expected, jobs = {}, []
     for engine, engine_options in ENGINES.items():
         options = {"bucket": "2", "rowkind.field": "op", "write-buffer-size": "1 kb",
+                   "write-buffer-spillable": "false",  # a level-0 run per buffer: many levels
                    "num-sorted-run.compaction-trigger": "3", "num-levels": "5", **engine_options}
         table = catalog.create_table(f"db.{engine}", SCHEMA, primary_keys=["id"], options=options)
         churn(table, engine)
