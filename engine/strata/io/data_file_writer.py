@@ -58,8 +58,11 @@ ROLL_CHECK_ROWS = IN_MEMORY_GROUP_FACTOR * MAX_ROW_GROUP_ROWS
 # its first page, so low- and mid-cardinality columns (enums, dates, a supplier key) keep the
 # dictionaries Paimon's and Trino's writers give them, and readers (Trino's dictionary blocks)
 # decode less, while unique keys, measures and free text are plain from the start. A dictionary
-# that grows past DICTIONARY_PAGE_LIMIT later in a column chunk falls back to plain there.
+# that grows past DICTIONARY_PAGE_LIMIT later in a column chunk falls back to plain there. A
+# column whose first PAGE_ROWS rows are almost all distinct is plain without the larger sample,
+# whose hashing would cost a small write (W1) a fifth of its CPU.
 DICTIONARY_SAMPLE_ROWS = 32 * 1024
+NEAR_UNIQUE_SHARE = 0.95
 DICTIONARY_PAGE_LIMIT = 1024 * 1024
 # A writer samples its columns' cardinality (see DataFileWriter._encodings) for its first file and
 # again every this many files: sampling every file would cost a noticeable share of small writes.
@@ -355,6 +358,11 @@ def _plain_is_smaller(column: pa.ChunkedArray) -> bool:
     and its indices, or its dictionary alone would pass DICTIONARY_PAGE_LIMIT (see
     DICTIONARY_SAMPLE_ROWS)."""
     t = column.type
+    if not _dictionary_candidate(t):
+        return False
+    head = column.slice(0, PAGE_ROWS)
+    if pc.count_distinct(head).as_py() > NEAR_UNIQUE_SHARE * (len(head) - head.null_count):
+        return True
     sample = column.slice(0, DICTIONARY_SAMPLE_ROWS)
     values = len(sample) - sample.null_count
     if pa.types.is_string(t) or pa.types.is_binary(t):
@@ -362,14 +370,17 @@ def _plain_is_smaller(column: pa.ChunkedArray) -> bool:
         dictionary = int(pc.sum(pc.binary_length(distinct)).as_py() or 0) + 4 * len(distinct)
         plain = int(pc.sum(pc.binary_length(sample)).as_py() or 0) + 4 * values
         return _dictionary_costs_more(dictionary, len(distinct), values, plain)
-    if pa.types.is_decimal(t):  # measures (prices, amounts): stored as INT32/INT64 up to 18 digits
-        width = 4 if t.precision <= 9 else 8 if t.precision <= 18 else t.byte_width
-    elif pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t):
-        width = t.byte_width
-    else:
-        return False
+    # decimals (prices, amounts) are stored as INT32/INT64 up to 18 digits
+    width = (4 if t.precision <= 9 else 8 if t.precision <= 18 else t.byte_width) if pa.types.is_decimal(t) \
+        else t.byte_width
     distinct_count = pc.count_distinct(sample).as_py()
     return _dictionary_costs_more(distinct_count * width, distinct_count, values, values * width)
+
+
+def _dictionary_candidate(t: pa.DataType) -> bool:
+    """Types the sample judges; others (booleans, nested) keep Arrow's default."""
+    return (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_decimal(t) or pa.types.is_integer(t)
+            or pa.types.is_floating(t) or pa.types.is_temporal(t))
 
 
 def _dictionary_costs_more(dictionary_bytes: int, distinct: int, values: int, plain_bytes: int) -> bool:
