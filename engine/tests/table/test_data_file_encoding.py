@@ -32,6 +32,7 @@ def test_dictionary_only_for_low_cardinality_columns(tmp_path) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.float64()),
                         pa.field("kind", pa.string()), pa.field("text", pa.string()),
                         pa.field("few", pa.int64()), pa.field("supplier", pa.int64()), pa.field("part", pa.int64()),
+                        pa.field("repeats", pa.int64()), pa.field("cycle", pa.int64()),
                         pa.field("price", pa.decimal128(15, 2)),
                         pa.field("rate", pa.decimal128(4, 2)), pa.field("big", pa.decimal128(30, 2))])
     table = catalog.create_table("db.t", schema, primary_keys=["id"], options={"bucket": "1"})
@@ -40,7 +41,8 @@ def test_dictionary_only_for_low_cardinality_columns(tmp_path) -> None:
                      "kind": pa.array(["red", "green", "blue"] * (ROWS // 3) + ["red"] * (ROWS % 3)),
                      "text": pa.array([f"note {x:012d}" for x in rng.integers(0, 10**12, ROWS)]),
                      "few": rng.integers(0, 500, ROWS), "supplier": rng.integers(0, 10_000, ROWS),
-                     "part": rng.integers(0, 200_000, ROWS),
+                     "part": rng.integers(0, 200_000, ROWS), "repeats": np.arange(ROWS) // 4,
+                     "cycle": np.arange(ROWS) % 9_000,
                      "price": cents(rng.integers(0, 10**9, ROWS), pa.decimal128(15, 2)),
                      "rate": cents(rng.integers(0, 11, ROWS), pa.decimal128(4, 2)),
                      "big": cents(rng.integers(0, 10**9, ROWS), pa.decimal128(30, 2))}, schema=schema)
@@ -59,6 +61,10 @@ def test_dictionary_only_for_low_cardinality_columns(tmp_path) -> None:
     # values, so kept, as Paimon's and Trino's writers keep it; over 200k part keys it is not
     assert "RLE_DICTIONARY" in columns["supplier"].encodings and columns["supplier"].has_dictionary_page
     assert columns["part"].encodings == ("RLE", "PLAIN") and not columns["part"].has_dictionary_page
+    # distinct in a wide window but not in the first rows (sorted keys, each 4 times), and the
+    # reverse (a column cycling through 9,000 values): both keep their dictionaries
+    for name in ("repeats", "cycle"):
+        assert "RLE_DICTIONARY" in columns[name].encodings, name
     # unique values: Arrow would build a dictionary for the first 1 MB of them; a dictionary of
     # their first rows is larger than the rows, so none is tried
     assert columns["v"].encodings == ("RLE", "PLAIN") and not columns["v"].has_dictionary_page
