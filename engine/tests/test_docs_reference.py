@@ -109,7 +109,8 @@ def test_a_latency_ratio_reads_as_behind_and_a_throughput_ratio_as_ahead() -> No
 
 
 def test_a_bench_run_of_a_subset_keeps_the_other_figures(tmp_path: Path) -> None:
-    previous = _report(tpch_per_query={"scale_factor": 1, "phase": "after load", "seconds": {"a": [1.0]}})
+    previous = _report(tpch_per_query={"scale_factor": 1, "phase": "after load", "seconds": {"a": [1.0]}},
+                       source="figures of a full run")
     latest = {"created": "2026-12-02", "results": [
         {"workload": "W1", "target": ">= 0.6", "pass": True, "ratio": 0.9}]}
     merged = bench_report.merge(previous, latest)
@@ -117,10 +118,13 @@ def test_a_bench_run_of_a_subset_keeps_the_other_figures(tmp_path: Path) -> None
         ("W1", 0.9), ("TRINO_SCAN", 1.6), ("GROWTH_COMMIT", None)]
     assert merged["tpch_per_query"] == previous["tpch_per_query"]
     assert merged["created"] == "2026-12-02"
-    # the caption names what this run measured and where the other figures came from
-    assert merged["source"].startswith("W1 from this run; the other workloads from ")
-    assert "from this run" not in bench_report.merge(previous, {**latest, "results": previous["results"]}).get(
-        "source", "")
+    # the caption names what each run measured, also after several subset runs
+    assert merged["source"] == f"W1 from a run of 2026-12-02; the other workloads from {previous['source']}"
+    later = {"created": "2026-12-03", "results": [{"workload": "TRINO_SCAN", "target": "ratio <= 1.2", "pass": True}]}
+    assert bench_report.merge(merged, later)["source"] == (
+        f"TRINO_SCAN from a run of 2026-12-03; W1 from a run of 2026-12-02; the other workloads from "
+        f"{previous['source']}")
+    assert "source" not in bench_report.merge(previous, {**latest, "results": previous["results"]})
 
 
 def test_bench_report_writes_the_results_and_the_same_plots_from_the_same_json(tmp_path: Path) -> None:

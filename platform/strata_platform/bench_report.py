@@ -53,18 +53,38 @@ def load_results(path: Path) -> dict[str, Any]:
 
 
 def merge(previous: dict[str, Any] | None, latest: dict[str, Any]) -> dict[str, Any]:
-    """The latest run's results, with the previous figures of workloads it did not run."""
+    """The latest run's results, with the previous figures of workloads it did not run; its
+    ``sources`` say which run measured which workloads (the caption's ``source``, newest first)."""
     if previous is None:
         return latest
     ran = {row["workload"] for row in latest["results"]}
     kept = [row for row in previous["results"] if row["workload"] not in ran]
     merged = {**latest, "results": latest["results"] + kept}
-    if kept:  # the caption dates the figures: say which ones this run measured
-        earlier = previous.get("source") or f"a run of {str(previous.get('created', 'an unknown date'))[:10]}"
-        merged["source"] = f"{', '.join(sorted(ran))} from this run; the other workloads from {earlier}"
+    if kept:
+        sources = [{"workloads": sorted(ran), "from": _run_of(latest)}]
+        for source in _sources(previous):
+            left = [w for w in source["workloads"] if w not in ran]
+            if left:
+                sources.append({"workloads": left, "from": source["from"]})
+        merged["sources"] = sources
+        *newer, oldest = sources
+        merged["source"] = "; ".join([*(f"{', '.join(s['workloads'])} from {s['from']}" for s in newer),
+                                      f"the other workloads from {oldest['from']}"])
     if "tpch_per_query" not in latest and "tpch_per_query" in previous:
         merged["tpch_per_query"] = previous["tpch_per_query"]
     return merged
+
+
+def _run_of(report: dict[str, Any]) -> str:
+    return f"a run of {str(report.get('created', 'an unknown date'))[:10]}"
+
+
+def _sources(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Which run measured which of the report's workloads, newest first."""
+    if "sources" in report:
+        return list(report["sources"])
+    return [{"workloads": [row["workload"] for row in report["results"]],
+             "from": report.get("source") or _run_of(report)}]
 
 
 # -- what a row says ---------------------------------------------------------------------------
