@@ -440,6 +440,8 @@ def commit_published(table: str, kind: str, snapshot: Snapshot, entries: Iterabl
 class _BufferedWriter(Protocol):
     buffered_bytes: int
 
+    def has_pending(self) -> bool: ...
+
 
 class WriteMetrics:
     """What one TableWrite reports: records written, its share of the buffer gauge, flushes."""
@@ -473,8 +475,9 @@ class WriteMetrics:
         WRITE_SPILL_BYTES.labels(self.table).inc(disk_bytes)
 
     def committing(self, writers: Iterable[_BufferedWriter]) -> None:
-        """Before prepare_commit flushes: every non-empty buffer is a commit flush."""
-        self.flushed("commit", sum(1 for w in writers if w.buffered_bytes))
+        """Before prepare_commit flushes: every writer with rows to flush (buffered or spilled)
+        makes a commit flush."""
+        self.flushed("commit", sum(1 for w in writers if w.has_pending()))
 
     def committed(self, levels: Sequence[Levels]) -> None:
         """After prepare_commit: buffers are empty; the LSM shape of the writer's buckets."""

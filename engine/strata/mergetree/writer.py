@@ -54,13 +54,13 @@ class BucketWriter:
         return rows
 
     def flush(self) -> None:
-        if not self._pending():
+        if not self.has_pending():
             return
         files = self._flush_table(self._take_buffer())
         self.new_files.extend(files)
         self._after_flush(files)
 
-    def _pending(self) -> bool:
+    def has_pending(self) -> bool:
         """Whether a flush has rows to write."""
         return bool(self.buffer)
 
@@ -208,7 +208,7 @@ class KeyValueBucketWriter(BucketWriter):
         table = self._take_buffer()
         return 0 if table is None else self.spilled.add(self._merged(table))
 
-    def _pending(self) -> bool:
+    def has_pending(self) -> bool:
         return bool(self.buffer) or bool(self.spilled)
 
     def _flush_table(self, table: pa.Table | None) -> list[DataFileMeta]:

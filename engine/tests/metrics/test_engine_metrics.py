@@ -194,7 +194,9 @@ def test_writer_buffer_spills_to_disk_and_flushes_one_run(catalog: strata.Catalo
         assert d("strata_write_spills_total", table="m.spills") >= 5
         assert d("strata_write_spill_bytes_total", table="m.spills") > 0
         assert d("strata_write_flushes_total", table="m.spills", reason="full") == 0
+        assert value("strata_write_buffer_bytes", table="m.spills") == 0  # all of it spilled
         table.new_commit("w").commit(writer.prepare_commit())
+        assert d("strata_write_flushes_total", table="m.spills", reason="commit") == 1  # the spilled runs
     assert [f.row_count for s in table.scan() for f in s.files] == [5000]  # one level-0 run
 
 
