@@ -61,9 +61,9 @@ ROLL_CHECK_ROWS = IN_MEMORY_GROUP_FACTOR * MAX_ROW_GROUP_ROWS
 # decode less, while unique keys, measures and free text are plain from the start. A dictionary
 # that grows past DICTIONARY_PAGE_LIMIT later in a column chunk falls back to plain there. A
 # column almost all distinct both in its first PAGE_ROWS rows and in PAGE_ROWS rows spread over
-# the sample is plain without hashing the whole sample, which would cost a small write (W1) a
-# fifth of its CPU. Both: sorted keys that repeat (TPC-H's ps_partkey) repeat only in the first
-# rows, a column cycling through a bounded domain (ps_suppkey) only across a wider window.
+# the sample is plain without hashing the whole sample, a cost small writes (W1) notice. Both:
+# sorted keys that repeat (TPC-H's ps_partkey) repeat only in the first rows, a column cycling
+# through a bounded domain (ps_suppkey) only across a wider window.
 DICTIONARY_SAMPLE_ROWS = 32 * 1024
 NEAR_UNIQUE_SHARE = 0.95
 DICTIONARY_PAGE_LIMIT = 1024 * 1024
