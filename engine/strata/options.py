@@ -121,7 +121,11 @@ _OPTIONS: list[Option] = [
            "level-0 run when it flushes (default: on object storage, or when target-file-size > write-buffer-size)"),
     Option("write-buffer-spill.max-disk-size", None, parse_memory,
            "local disk a writer's spilled runs may take; past it the writer flushes instead (default: no limit)"),
-    Option("spill-compression", "zstd", _choice("zstd", "lz4", "none"), "compression of spilled runs"),
+    Option("spill-compression", "lz4", _choice("zstd", "lz4", "none"),
+           "compression of spilled runs (lz4: they are read back within the commit, so speed beats size; "
+           "Paimon's writers default to zstd)"),
+    Option("local-sort.max-num-file-handles", "128", _int_at_least(2),
+           "spilled runs a writer keeps before merging them into one on local disk"),
     Option("spill-compression.zstd-level", "1", int, "zstd level of spilled runs"),
     Option("page-size", "64 kb", parse_memory, "accepted for compatibility"),
     Option("merge-engine", "deduplicate",

@@ -206,7 +206,9 @@ class KeyValueBucketWriter(BucketWriter):
         The bytes written."""
         assert self.spilled is not None
         table = self._take_buffer()
-        return 0 if table is None else self.spilled.add(self._merged(table))
+        if table is None:
+            return 0
+        return self.spilled.add(self._merged(table), lambda runs: merge_runs(runs, self.key_names, self.merge_function))
 
     def has_pending(self) -> bool:
         return bool(self.buffer) or bool(self.spilled)

@@ -317,7 +317,8 @@ class TableWrite:
             return None
         codec = str(self.core.get("spill-compression"))
         return SpilledRuns(None if codec == "none" else codec,
-                           int(self.core.get("spill-compression.zstd-level")) if codec == "zstd" else None)
+                           int(self.core.get("spill-compression.zstd-level")) if codec == "zstd" else None,
+                           int(self.core.get("local-sort.max-num-file-handles")))
 
     def _restored_files(self, partition: bytes, bucket: int) -> list[DataFileMeta]:
         """Live files of a bucket in the latest snapshot (sequence numbers and LSM levels restore

@@ -114,3 +114,29 @@ def test_spillable_by_default_on_object_storage_or_when_a_file_outgrows_the_buff
     assert not default.write_buffer_spillable(True, object_store=False)  # 128 MB files, 256 MB buffer
     assert CoreOptions({"write-buffer-size": "64 mb"}).write_buffer_spillable(True, object_store=False)
     assert not CoreOptions({"write-buffer-spillable": "false"}).write_buffer_spillable(True, object_store=True)
+
+
+@pytest.mark.parametrize("engine", ["deduplicate", "aggregation"])
+def test_past_max_runs_the_spilled_runs_merge_on_disk(catalog, engine, monkeypatch) -> None:
+    """local-sort.max-num-file-handles: a writer never holds more spilled runs than that (the
+    flush's merge holds a batch of each), and merging them early changes no row."""
+    from strata.mergetree import spill
+
+    monkeypatch.setattr(spill, "SPILL_BATCH_BYTES", 2048)  # many batches per run
+    batches = _batches(seed=11, deletes=engine == "deduplicate")
+    options = {**ENGINES[engine], "write-only": "true"}
+    flushed = _write(catalog, "flushed", {**options, "write-buffer-spillable": "false"}, batches)
+    table = catalog.create_table("db.merged", SCHEMA, primary_keys=["k"], options={
+        "bucket": "1", "write-buffer-size": "16 kb", "write-buffer-spillable": "true",
+        "local-sort.max-num-file-handles": "3", **options})
+    writer, held = table.new_write(), []
+    for rows, kinds in batches:
+        writer.write_arrow(rows, **({"row_kind": kinds} if kinds is not None else {}))
+        [bucket_writer] = writer.writers.values()
+        assert isinstance(bucket_writer, KeyValueBucketWriter) and bucket_writer.spilled is not None
+        held.append(len(bucket_writer.spilled))
+    table.new_commit("spill-test").commit(writer.prepare_commit())
+    writer.close()
+    assert max(held) == 2 and held.count(1) >= 2  # merged into one at the third, more than once
+    assert table.to_arrow().sort_by("k").equals(flushed.to_arrow().sort_by("k"))
+    assert [len(split.files) for split in table.scan()] == [1]
