@@ -124,9 +124,9 @@ _OPTIONS: list[Option] = [
     Option("spill-compression", "lz4", _choice("zstd", "lz4", "none"),
            "compression of spilled runs (lz4: they are read back within the commit, so speed beats size; "
            "Paimon's writers default to zstd)"),
+    Option("spill-compression.zstd-level", "1", int, "zstd level of spilled runs"),
     Option("local-sort.max-num-file-handles", "128", _int_at_least(2),
            "spilled runs a writer keeps before merging them into one on local disk"),
-    Option("spill-compression.zstd-level", "1", int, "zstd level of spilled runs"),
     Option("page-size", "64 kb", parse_memory, "accepted for compatibility"),
     Option("merge-engine", "deduplicate",
            _choice("deduplicate", "partial-update", "aggregation", "first-row"), "merge engine"),

@@ -385,18 +385,21 @@ class TableWrite:
             return
         for writer in sorted(self.writers.values(), key=lambda w: w.buffered_bytes, reverse=True):
             total -= writer.buffered_bytes
-            if self._may_spill(writer):
-                assert isinstance(writer, KeyValueBucketWriter)
-                self.write_metrics.spilled(writer.spill())
+            spilling = self._spilling(writer)
+            if spilling is not None:
+                self.write_metrics.spilled(spilling.spill())
             else:
                 writer.flush()
                 self.write_metrics.flushed("full")
             if total <= self.buffer_limit // 2:
                 break
 
-    def _may_spill(self, writer: BucketWriter) -> bool:
-        spilled = writer.spilled if isinstance(writer, KeyValueBucketWriter) else None
-        return spilled is not None and (self.spill_disk_limit is None or spilled.disk_bytes < self.spill_disk_limit)
+    def _spilling(self, writer: BucketWriter) -> KeyValueBucketWriter | None:
+        """`writer`, if it may spill its buffer now (spillable, under the disk limit)."""
+        if not isinstance(writer, KeyValueBucketWriter) or writer.spilled is None:
+            return None
+        limit = self.spill_disk_limit
+        return writer if limit is None or writer.spilled.disk_bytes < limit else None
 
     # -- committing ----------------------------------------------------------------------
     def prepare_commit(self, wait_compaction: bool = False) -> list[CommitMessage]:
