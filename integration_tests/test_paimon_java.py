@@ -205,6 +205,12 @@ def _shapes() -> dict[str, Callable[[], Shape]]:
         return Shape(data.schema, [Rows(data.slice(0, 12)), Rows(data.slice(12)), Rows(data.slice(0, 3))])
 
     @shape
+    def append_many_pages() -> Shape:
+        """Thousands of distinct strings with nulls: pages the writer encodes without a dictionary."""
+        data = typed(3_000)
+        return Shape(data.schema, [Rows(data)])
+
+    @shape
     def append_part() -> Shape:
         data = with_dt(typed(30), ["a", "b/c", "x=y", "sp ace", None, "%#"])
         return Shape(data.schema, [Rows(data.slice(0, 20)), Rows(data.slice(20))], partition_keys=["dt"])

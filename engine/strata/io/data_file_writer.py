@@ -261,19 +261,13 @@ class DataFileWriter:
 
     def _sample_encodings(self, first: pa.Table) -> dict[str, Any]:
         """ParquetWriter arguments: the ascending integer columns DELTA_BINARY_PACKED; the columns
-        whose first rows a dictionary would not shrink (unique keys, measures, free text) without
-        one, strings as DELTA_LENGTH_BYTE_ARRAY (lengths apart from the bytes:
-        a quarter faster to encode, smaller); the others dictionary first, falling back to plain."""
+        whose first rows a dictionary would not shrink (unique keys, measures, free text) plain;
+        the others dictionary first, falling back to plain. Strings stay PLAIN, not
+        DELTA_LENGTH_BYTE_ARRAY: Paimon's Java reader misreads that encoding (values shifted after a
+        null, or a failed page), and Java Paimon must read every file Strata writes."""
         encodings = dict.fromkeys(self.delta, "DELTA_BINARY_PACKED")
-        plain = []
-        for name in first.column_names:
-            if name in encodings or not _plain_is_smaller(first.column(name)):
-                continue
-            kind = first.schema.field(name).type
-            if pa.types.is_string(kind) or pa.types.is_binary(kind):
-                encodings[name] = "DELTA_LENGTH_BYTE_ARRAY"
-            else:
-                plain.append(name)
+        plain = [name for name in first.column_names
+                 if name not in encodings and _plain_is_smaller(first.column(name))]
         if not encodings and not plain:
             return {}
         return {"use_dictionary": [p for p in self.leaf_paths if p not in encodings and p not in plain],
