@@ -161,6 +161,11 @@ def _shapes() -> dict[str, Callable[[], Shape]]:
         return _typed_pk({"bucket": "1"})
 
     @shape
+    def pk_many_pages() -> Shape:
+        """Level-0 files of several 4,096-row pages: delta-encoded keys, plain and dictionary values."""
+        return _typed_pk({"bucket": "1"}, n=6_000)  # sample() dates stay within year 9999
+
+    @shape
     def pk_buckets() -> Shape:
         return _typed_pk({"bucket": "4"}, n=60)
 
