@@ -190,15 +190,16 @@ def check_pyiceberg(table: Any, model: TableModel) -> str:
     _, complete = _mirrored_files(table, latest.id)
     if complete and version is not None and version.rows is not None:
         # pyiceberg reads with the metadata's current schema: the table's latest when the metadata was
-        # written (a rollback keeps it, as Paimon does), a schema change since shows at the next commit;
-        # so the columns are compared by field id, those of both the schema and the snapshot's version
+        # written (a rollback keeps it, as Paimon does), a schema change since shows at the next commit
+        # (a column added, the snapshot rolled back, the column dropped: the metadata still has it).
+        # Its fields are those of the Paimon schema of the same id; the rows are compared by field id
         schema = next(x for x in picked[0].metadata["schemas"]
                       if x["schema-id"] == picked[0].metadata["current-schema-id"])
         ids = {f["name"]: f["id"] for f in schema["fields"]}
-        known = {c.field_id for c in (*version.columns, *model.columns)}
-        unknown = sorted(n for n, i in ids.items() if i not in known)
-        if unknown:
-            raise MirrorBroken(f"pyiceberg reads columns {unknown} that the table never had at snapshot {latest.id}")
+        paimon = {f.name: f.id for f in store.schema_at(schema["schema-id"]).fields}
+        if ids != paimon:
+            raise MirrorBroken(f"pyiceberg's current schema {schema['schema-id']} has fields {ids}, the table's "
+                               f"schema of that id {paimon}")
         rows = SnapshotRows({ids[n]: out.column(n).to_pylist() for n in out.column_names},
                             {i: n for n, i in ids.items()})
         common = Version(tuple(c for c in version.columns if c.field_id in rows.columns), version.rows)
