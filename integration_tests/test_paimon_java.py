@@ -210,8 +210,9 @@ def _shapes() -> dict[str, Callable[[], Shape]]:
         return Shape(data.schema, [Rows(data.slice(0, 12)), Rows(data.slice(12)), Rows(data.slice(0, 3))])
 
     @shape
-    def append_many_pages() -> Shape:
-        """Thousands of distinct strings with nulls: pages the writer encodes without a dictionary."""
+    def append_thousands() -> Shape:
+        """3,000 distinct strings with nulls, written without a dictionary: the chunk size at which
+        Java once failed on DELTA_LENGTH_BYTE_ARRAY."""
         data = typed(3_000)
         return Shape(data.schema, [Rows(data)])
 
