@@ -91,6 +91,11 @@ def _warm_up(work_dir: str) -> None:
     pk.write(rng_rows)
     pk.write(rng_rows)
     pk.to_arrow(filter=strata.col("id").between(1, 9))
+    # dynamic buckets: the hash index's compiled kernels load on their first call; the second
+    # and third writes grow the index and restore it from its files
+    dynamic = catalog.create_table("w.d", gen.SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"])
+    for ids in (np.arange(64), np.arange(4_000), np.arange(4_000, 8_000)):
+        dynamic.write(gen.rows_for(ids, np.random.default_rng(0)))
     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from strata.errors import CommitConflictError, OptionError
-from strata.index.hash_map import HashBucketMap
+from strata.index.hash_map import HashBucketMap, distinct_sorted
 from strata.manifest.index_manifest import INDEX_TYPE_HASH, IndexManifestEntry
 from strata.manifest.manifest_entry import FileKind
 
@@ -41,12 +41,6 @@ class HashClaim:
     file_name: str  # the new index file
     base: frozenset[str]  # the partition's HASH index files this writer's placement started from
     new_hashes: np.ndarray = field(repr=False)  # hashes this writer placed in the bucket since then
-
-
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (a sort: numpy's hash-based unique is slower on these sizes)."""
-    ordered = np.sort(values)
-    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
 
 
 class PartitionIndex:
@@ -234,8 +228,8 @@ def check_hash_claims(live: Sequence[IndexManifestEntry], changes: Sequence[Inde
     for partition, group in by_partition.items():
         placed = np.concatenate([c.new_hashes for c in group])
         buckets = np.concatenate([np.full(len(c.new_hashes), c.bucket, dtype=np.int64) for c in group])
-        pairs = _distinct((placed.astype(np.int64) << 16) | buckets)  # bucket ids < 2^15
-        if len(_distinct(pairs >> 16)) < len(pairs):
+        pairs = distinct_sorted((placed.astype(np.int64) << 16) | buckets)  # bucket ids < 2^15
+        if len(distinct_sorted(pairs >> 16)) < len(pairs):
             raise CommitConflictError(
                 f"two writers of one commit to {where} placed the same new key in different buckets of one "
                 "partition; distribute rows by partition (one writer per partition)")
@@ -276,7 +270,7 @@ def merge_bucket_index_files(messages: Sequence[Any], read: ReadHashes,
     for (partition, bucket), group in added.items():
         if len(group) < 2:
             continue
-        merged = write(partition, bucket, _distinct(np.concatenate([read(e) for _, e in group])))
+        merged = write(partition, bucket, distinct_sorted(np.concatenate([read(e) for _, e in group])))
         out.written.append(merged)
         out.replaced.extend(e for _, e in group)
         replaced = {e.file_name for _, e in group}

@@ -35,6 +35,13 @@ def compiled_kernels() -> ModuleType | None:
     return hash_kernels
 
 
+def distinct_sorted(values: np.ndarray) -> np.ndarray:
+    """Sorted distinct values by a sort: numpy's hash-based `unique` of 32-bit keys is far slower
+    on batches of thousands of keys."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
+
+
 class HashBucketMap:
     """int32 hash -> int16 bucket; `get` and `put` take whole arrays."""
 
@@ -138,7 +145,7 @@ class HashBucketMap:
         if self.size + len(keys) <= len(self.values) // 2:
             return
         unknown = keys[self.get(keys) < 0]
-        self._reserve(self.size + len(np.unique(unknown)))
+        self._reserve(self.size + len(distinct_sorted(unknown)))
 
     def _reserve(self, size: int) -> None:
         """Keep the table at most half full: a miss probes 2.5 slots on average then."""
