@@ -176,8 +176,8 @@ class TableRead:
         if self._raw(split):
             # merge-on-write: each key is live in one file, so every filter prunes row groups
             return [(f, [VALUE_KIND, *self.value_columns], self.filter) for f in split.files]
-        plan = self._merge_plan(split)
-        return [(f, plan.wanted, self.key_filter) for run in plan.file_runs for f in run]
+        return [(f, section.wanted, self.key_filter) for section in self._merge_plan(split).sections
+                for run in section.file_runs for f in run]
 
     @staticmethod
     def _raw(split: DataSplit) -> bool:
@@ -189,13 +189,18 @@ class TableRead:
             yield from decode(f, self.value_columns, self.filter)
 
     def _merge_plan(self, split: DataSplit) -> _MergePlan:
-        assert self.key_order is not None and self.merge_function is not None
+        assert self.key_order is not None
         # a value column that is also a key column is not decoded twice: it is its _KEY_ column
         key_values = [n for n in self.value_columns if KEY_PREFIX + n in self.key_names]
-        file_runs = _sorted_runs(split.files, self.key_order)
+        sections = [self._section(_sorted_runs(files, self.key_order), split.row_kinds, key_values)
+                    for files in _key_sections(split.files, self.key_order, self.schema)]
+        return _MergePlan(sections, key_values)
+
+    def _section(self, file_runs: list[list[DataFileMeta]], row_kinds: bool, key_values: list[str]) -> _Section:
+        assert self.merge_function is not None
         # a delta is read as written, one sorted run holds each key once, and the anti-join
         # can take the runs' order from the files' sequence ranges: then no sequence column
-        merging = not split.row_kinds and len(file_runs) > 1
+        merging = not row_kinds and len(file_runs) > 1
         ranges = self._sequence_ranges(file_runs) if merging else None
         wanted = [*self.key_names, *([SEQUENCE_NUMBER] if merging and ranges is None else []), VALUE_KIND,
                   *(n for n in self.value_columns if n not in key_values)]
@@ -204,21 +209,26 @@ class TableRead:
         # the anti-join never looks at values: key columns are aliased after it, not filtered twice
         # (unless the key filter, which names them, runs before)
         alias_late = ranges is not None and self.key_filter is None
-        return _MergePlan(file_runs, merging, ranges, wanted, key_values, alias_late)
+        return _Section(file_runs, merging, ranges, wanted, alias_late)
 
     def _merged(self, split: DataSplit, decode: Decode) -> Iterator[pa.Table]:
-        assert self.merge_function is not None
+        """Section after section: only files whose key ranges overlap merge with each other."""
         plan = self._merge_plan(split)
-        alias_early = [] if plan.alias_late else plan.key_values
-        runs = [self._run(files, plan.wanted, decode, alias_early) for files in plan.file_runs]
-        if not plan.merging:
+        for section in plan.sections:
+            yield from self._merged_section(section, plan.key_values, decode)
+
+    def _merged_section(self, section: _Section, key_values: list[str], decode: Decode) -> Iterator[pa.Table]:
+        assert self.merge_function is not None
+        alias_early = [] if section.alias_late else key_values
+        runs = [self._run(files, section.wanted, decode, alias_early) for files in section.file_runs]
+        if not section.merging:
             for run in runs:
                 yield from run
             return
         # a read need not come out in key order: deduplicate/first-row tables then take the cheaper
         # per-run anti-join (strata.mergetree.anti_join) where it applies
-        for batch in merge_runs(runs, self.key_names, self.merge_function, ordered=False, ranges=plan.ranges):
-            yield _with_aliases(batch, plan.key_values) if plan.alias_late else batch
+        for batch in merge_runs(runs, self.key_names, self.merge_function, ordered=False, ranges=section.ranges):
+            yield _with_aliases(batch, key_values) if section.alias_late else batch
 
     def _sequence_ranges(self, file_runs: list[list[DataFileMeta]]) -> list[tuple[int, int]] | None:
         """Each run's (min, max) sequence number from its files, when they are all an anti-join
@@ -343,15 +353,22 @@ def read_changes(store: FileStore, start_exclusive: int, end_inclusive: int,
 
 
 @dataclass
-class _MergePlan:
-    """How a primary-key split is read: its sorted runs, the columns decoded, how they merge."""
+class _Section:
+    """Files of a split whose key ranges overlap, as sorted runs: the columns decoded, how they merge."""
 
     file_runs: list[list[DataFileMeta]]
     merging: bool
     ranges: list[tuple[int, int]] | None  # each run's sequence range, when the anti-join orders by it
     wanted: list[str]
-    key_values: list[str]  # value columns read through their _KEY_ column
     alias_late: bool  # key value columns aliased after the merge
+
+
+@dataclass
+class _MergePlan:
+    """How a primary-key split is read: its sections, in key order."""
+
+    sections: list[_Section]
+    key_values: list[str]  # value columns read through their _KEY_ column
 
 
 def _listed(read: Callable[..., Iterator[pa.Table]], *args: object) -> list[pa.Table]:
@@ -411,6 +428,27 @@ def _with_aliases(batch: pa.Table, key_values: Sequence[str]) -> pa.Table:
     for name in key_values:
         batch = batch.append_column(name, batch.column(KEY_PREFIX + name))
     return batch
+
+
+def _key_sections(files: list[DataFileMeta], key_order: Callable[[bytes], tuple],
+                  schema: TableSchema) -> list[list[DataFileMeta]]:
+    """The files grouped where their key ranges overlap, in key order, as Paimon's
+    IntervalPartition groups them: a key's records all lie in one section, so each section merges
+    on its own, and one of a single run (keys written in order, a new range of keys) not at all.
+    One section when a key field is floating point, whose order (NaN, -0.0) Python's may not share."""
+    if len(files) < 2 or any(pa.types.is_floating(f.type.to_arrow()) for f in schema.key_fields()):
+        return [files]
+    bounds = {f.file_name: (key_order(f.min_key), key_order(f.max_key)) for f in files}
+    sections: list[list[DataFileMeta]] = []
+    high: tuple | None = None
+    for f in sorted(files, key=lambda f: bounds[f.file_name]):
+        low, top = bounds[f.file_name]
+        if high is None or low > high:  # after every key of the section so far: a new one
+            sections.append([])
+            high = top
+        sections[-1].append(f)
+        high = max(high, top)
+    return sections
 
 
 def _sorted_runs(files: list[DataFileMeta], key_order: Callable[[bytes], tuple]) -> list[list[DataFileMeta]]:

@@ -113,6 +113,13 @@ class PrimaryKeyTableMachine(RuleBasedStateMachine):
     def upsert(self, keys: list[int], part: str) -> None:
         self._write(keys, [part] * len(keys), ["+I"] * len(keys))
 
+    @rule(low=KEYS, count=st.integers(1, 6), part=st.sampled_from(PARTITIONS))
+    def upsert_range(self, low: int, count: int, part: str) -> None:
+        """Consecutive keys: flushed alone, a file whose key range may not overlap the others'
+        (a section of its own, read without a merge)."""
+        keys = list(range(low, min(low + count, 25)))
+        self._write(keys, [part] * len(keys), ["+I"] * len(keys))
+
     @rule(keys=st.lists(KEYS, min_size=1, max_size=6), part=st.sampled_from(PARTITIONS))
     def delete(self, keys: list[int], part: str) -> None:
         self._write(keys, [part] * len(keys), ["-D"] * len(keys))
