@@ -16,12 +16,13 @@ from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
 from strata.manifest.commit_message import CommitMessage
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.compact.manager import CompactManager
-from strata.mergetree.compact.task import ChangelogOutput, CompactResult, FileReader, run_compaction
+from strata.mergetree.compact.task import ChangelogOutput, CompactResult, FileReader, Upgrades, run_compaction
 from strata.mergetree.compact.universal import CompactUnit
 from strata.mergetree.dv_compaction import DeletionVectorCompaction, PositionedReader, Purged
 from strata.mergetree.lookup import LevelLookup
 from strata.mergetree.merge_function import DeduplicateMerge, FirstRowMerge, MergeFunction
 from strata.mergetree.merge_reader import merge_runs
+from strata.mergetree.sections import sections_apply
 from strata.mergetree.sorting import group_ends, sort_by_key
 from strata.mergetree.spill import SpilledRuns
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
@@ -337,7 +338,13 @@ class KeyValueBucketWriter(BucketWriter):
         if full and context.changelog_producer == "full-compaction" and context.changelog_writer:
             changelog = ChangelogOutput(context.changelog_writer, self.schema.field_names, context.row_deduplicate)
         return run_compaction(unit, context.read, self.file_writer, self.key_names, self.merge_function,
-                              drop_delete, changelog)
+                              drop_delete, changelog, upgrades=self._upgrades())
+
+    def _upgrades(self) -> Upgrades | None:
+        manager = self.compaction.manager
+        if manager is None or not sections_apply(self.schema):
+            return None
+        return Upgrades(manager.levels.key_order, self.file_writer.config.target_file_size // 10 * 7)
 
     def _run_lookup_unit(self, lookup: LevelLookup, unit: CompactUnit, drop_delete: bool) -> CompactResult:
         """Compact a unit that moves level-0 files up, with a lookup of their keys above: it gives
@@ -361,7 +368,7 @@ class KeyValueBucketWriter(BucketWriter):
             return iter(level0[f.file_name]) if f.level == 0 and f.file_name in level0 else read(f)
 
         result = run_compaction(unit, cached_read, self.file_writer, self.key_names, self.merge_function,
-                                drop_delete, rewrite=rewrite)
+                                drop_delete, rewrite=rewrite, upgrades=self._upgrades())
         if context.changelog_producer == "lookup" and context.changelog_writer is not None:
             changes = lookup.changelog(found)
             if changes is not None:

@@ -24,6 +24,7 @@ from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.anti_join import anti_join_applies, integer_like, precedence_from_ranges
 from strata.mergetree.merge_function import FirstRowMerge, live_rows_mask, merge_function_for
 from strata.mergetree.merge_reader import merge_runs
+from strata.mergetree.sections import key_sections, sections_apply
 from strata.operation.commit import key_decoder
 from strata.scan.planner import DataSplit, TableScan
 from strata.schema.table_schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
@@ -52,6 +53,7 @@ class TableRead:
         self.merge_function = merge_function_for(self.schema.options, self.schema) if self.schema.primary_keys else None
         key_fields = set(self.schema.trimmed_primary_keys)
         self.key_order = key_decoder(self.schema) if self.schema.primary_keys else None
+        self.sections = bool(self.schema.primary_keys) and sections_apply(self.schema)
         self.key_filter = only_fields(filter, key_fields) if self.schema.primary_keys else filter
         # a filter on key columns only selects whole keys: each run is filtered before its merge,
         # and the merged rows need no second pass
@@ -193,7 +195,7 @@ class TableRead:
         # a value column that is also a key column is not decoded twice: it is its _KEY_ column
         key_values = [n for n in self.value_columns if KEY_PREFIX + n in self.key_names]
         sections = [self._section(_sorted_runs(files, self.key_order), split.row_kinds, key_values)
-                    for files in _key_sections(split.files, self.key_order, self.schema)]
+                    for files in (key_sections(split.files, self.key_order) if self.sections else [split.files])]
         return _MergePlan(sections, key_values)
 
     def _section(self, file_runs: list[list[DataFileMeta]], row_kinds: bool, key_values: list[str]) -> _Section:
@@ -428,27 +430,6 @@ def _with_aliases(batch: pa.Table, key_values: Sequence[str]) -> pa.Table:
     for name in key_values:
         batch = batch.append_column(name, batch.column(KEY_PREFIX + name))
     return batch
-
-
-def _key_sections(files: list[DataFileMeta], key_order: Callable[[bytes], tuple],
-                  schema: TableSchema) -> list[list[DataFileMeta]]:
-    """The files grouped where their key ranges overlap, in key order, as Paimon's
-    IntervalPartition groups them: a key's records all lie in one section, so each section merges
-    on its own, and one of a single run (keys written in order, a new range of keys) not at all.
-    One section when a key field is floating point, whose order (NaN, -0.0) Python's may not share."""
-    if len(files) < 2 or any(pa.types.is_floating(f.type.to_arrow()) for f in schema.key_fields()):
-        return [files]
-    bounds = {f.file_name: (key_order(f.min_key), key_order(f.max_key)) for f in files}
-    sections: list[list[DataFileMeta]] = []
-    high: tuple | None = None
-    for f in sorted(files, key=lambda f: bounds[f.file_name]):
-        low, top = bounds[f.file_name]
-        if high is None or low > high:  # after every key of the section so far: a new one
-            sections.append([])
-            high = top
-        sections[-1].append(f)
-        high = max(high, top)
-    return sections
 
 
 def _sorted_runs(files: list[DataFileMeta], key_order: Callable[[bytes], tuple]) -> list[list[DataFileMeta]]:

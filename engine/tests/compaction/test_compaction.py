@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 from concurrent.futures import Executor, Future
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 
 import strata
 from strata.errors import CommitConflictError
+from strata.format import binary_row
 from strata.table.table import Table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
@@ -187,3 +189,37 @@ def test_compact_only_the_planned_buckets_from_their_planned_files(catalog) -> N
     for key, files in after.items():
         assert len(files) == (1 if key in chosen else 3), key
     assert table.to_arrow().sort_by("id").column("v").to_pylist() == ["r2"] * 200
+
+
+
+def _id_range(f) -> tuple[int, int]:
+    """A file's keys as [first, last + 1)."""
+    low, high = (binary_row.deserialize(k, [pa.int64()])[0] for k in (f.min_key, f.max_key))
+    return low, high + 1
+
+
+def test_compaction_moves_large_files_of_lone_runs_up_and_merges_the_overlapping(catalog) -> None:
+    """Paimon's compaction by sections: a file whose key range overlaps no other file of the unit,
+    and is at least 70% of target-file-size, changes level unrewritten; files that overlap are
+    merged, and the output level is still one sorted run."""
+    table = make_table(catalog, **{"write-only": "true", "target-file-size": "16 kb"})
+    model: dict[int, int] = {}
+    rng = np.random.default_rng(3)
+    for low, count in ((0, 6000), (20_000, 6000), (10_000, 3000), (21_000, 500)):  # the last overlaps the second
+        ids, values = np.arange(low, low + count), rng.integers(0, 2**62, count)  # values that do not compress
+        table.write(pa.table({"id": ids, "v": values}, schema=SCHEMA))
+        model.update(zip(ids.tolist(), values.tolist(), strict=True))
+    before = {f.file_name: _id_range(f) for s in table.scan() for f in s.files}
+    sizes = {f.file_name: f.file_size for s in table.scan() for f in s.files}
+    overlapping = {n for n, (lo, hi) in before.items()
+                   if any(o != n and lo < o_hi and o_lo < hi for o, (o_lo, o_hi) in before.items())}
+    lone_large = {n for n in before if n not in overlapping and sizes[n] >= 16 * 1024 // 10 * 7}
+    assert lone_large and overlapping
+    table.compact(full=True)
+    after = [f for s in table.scan() for f in s.files]
+    assert {f.level for f in after} == {table.core.num_levels - 1}
+    assert as_dict(table.to_arrow()) == model
+    kept = {f.file_name for f in after} & set(before)
+    assert lone_large <= kept and not kept & overlapping
+    bounds = sorted(_id_range(f) for f in after)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(bounds)), "the top level's files overlap"
