@@ -217,20 +217,13 @@ class DataFileWriter:
     def _write_chunks(self, chunks: Iterable[pa.Table], level: int, file_source: int,
                       first_sequence: int) -> list[DataFileMeta]:
         """Write row groups (one chunk each) into files that roll at the target size."""
-        metas: list[DataFileMeta] = []
-        current: _OpenFile | None = None
-        sequence = first_sequence
-        for chunk in chunks:
-            if current is None:
-                current = self._open(sequence, level, chunk)
-            self._append(current, chunk)
-            sequence += chunk.num_rows
-            if current.sink.tell() >= self.config.target_file_size:
-                metas.append(self._close(current, level, file_source))
-                current = None
-        if current is not None:
-            metas.append(self._close(current, level, file_source))
-        return metas
+        files = RollingWrite(self, level, file_source)
+        files.write_chunks(chunks, first_sequence)
+        return files.close()
+
+    def rolling(self, level: int = 0, file_source: int = FILE_SOURCE_APPEND) -> RollingWrite:
+        """Files written across calls (see RollingWrite)."""
+        return RollingWrite(self, level, file_source)
 
     def _open(self, first_sequence: int, level: int, first: pa.Table) -> _OpenFile:
         name = self.paths.new_changelog_file_name() if self.name_prefix == "changelog" \
@@ -454,3 +447,44 @@ def _simple_stats(stats: list[_ColumnStats], types: list[pa.DataType], truncate:
     maxs = [_truncate_max(s.max, truncate) for s in stats]
     return SimpleStats(binary_row.serialize(mins, types), binary_row.serialize(maxs, types),
                        [s.nulls for s in stats])
+
+
+class RollingWrite:
+    """Files written across calls, rolling at the target size. An append bucket writes every
+    flush of its buffer into one, so that a commit's rows fill files of target-file-size rather
+    than one file per buffer's worth (Paimon's append writer keeps its rolling file open the
+    same way). Each chunk is a row group: an open file holds no rows, only its footer's metadata."""
+
+    def __init__(self, writer: DataFileWriter, level: int, file_source: int):
+        self.writer = writer
+        self.level = level
+        self.file_source = file_source
+        self.current: _OpenFile | None = None
+        self.rolled: list[DataFileMeta] = []  # files closed at the target size, not yet taken
+
+    def write(self, table: pa.Table, first_sequence: int) -> None:
+        """Append `table` (in file layout) in large groups, as DataFileWriter.write does."""
+        writer = self.writer
+        self.write_chunks(_recut([writer._in_file_schema(table)], writer._large_group_rows), first_sequence)
+
+    def write_chunks(self, chunks: Iterable[pa.Table], first_sequence: int) -> None:
+        sequence = first_sequence
+        for chunk in chunks:
+            if self.current is None:
+                self.current = self.writer._open(sequence, self.level, chunk)
+            self.writer._append(self.current, chunk)
+            sequence += chunk.num_rows
+            if self.current.sink.tell() >= self.writer.config.target_file_size:
+                self._roll()
+
+    def _roll(self) -> None:
+        assert self.current is not None
+        current, self.current = self.current, None
+        self.rolled.append(self.writer._close(current, self.level, self.file_source))
+
+    def close(self) -> list[DataFileMeta]:
+        """Close the open file; every file written since the last close."""
+        if self.current is not None:
+            self._roll()
+        files, self.rolled = self.rolled, []
+        return files

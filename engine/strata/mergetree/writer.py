@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from strata import metrics
 from strata.deletionvectors import BucketDeletionVectors
-from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter
+from strata.io.data_file_writer import FILE_SOURCE_COMPACT, DataFileWriter, RollingWrite
 from strata.manifest.commit_message import CommitMessage
 from strata.manifest.data_file_meta import DataFileMeta
 from strata.mergetree.compact.manager import CompactManager
@@ -62,8 +62,12 @@ class BucketWriter:
         self._after_flush(files)
 
     def has_pending(self) -> bool:
-        """Whether a flush has rows to write."""
+        """Whether a flush for the commit has rows to write."""
         return bool(self.buffer)
+
+    def flush_for_commit(self) -> None:
+        """The flush before a commit: every file the commit takes is complete after it."""
+        self.flush()
 
     def _take_buffer(self) -> pa.Table | None:
         """The buffered rows as one table (None if there are none); the buffer is emptied."""
@@ -122,7 +126,42 @@ class BucketWriter:
 
 
 class AppendBucketWriter(BucketWriter):
-    """Append tables: rows keep their arrival order within the bucket."""
+    """Append tables: rows keep their arrival order within the bucket. A full buffer is written
+    into the bucket's open file, which rolls at target-file-size and closes at the commit."""
+
+    files: RollingWrite | None = None  # the open file(s) of the flushes since the last commit
+
+    def flush(self) -> None:
+        if self.buffer:
+            table = self._take_buffer()
+            assert table is not None
+            if self.files is None:
+                self.files = self.file_writer.rolling()
+            self.files.write(table, self.next_sequence - table.num_rows)
+
+    def has_pending(self) -> bool:
+        return bool(self.buffer) or self.files is not None
+
+    def flush_for_commit(self) -> None:
+        self.flush()
+        if self.files is not None:
+            files, self.files = self.files, None
+            self.new_files.extend(files.close())
+
+    def prepare_commit(self, wait_compaction: bool = False) -> CommitMessage:
+        self.flush_for_commit()
+        return super().prepare_commit(wait_compaction)
+
+    def take_over(self, old: BucketWriter) -> None:
+        super().take_over(old)
+        if isinstance(old, AppendBucketWriter):
+            self.files, old.files = old.files, None
+
+    def close(self) -> None:
+        """An open file is closed as it is: uncommitted, it is left to orphan cleanup."""
+        if self.files is not None:
+            files, self.files = self.files, None
+            files.close()
 
 
 @dataclass

@@ -499,13 +499,14 @@ class TableWrite:
         return messages
 
     def _flush_all(self) -> None:
-        """Flush every buffer, several buckets at once: Parquet encoding releases the GIL."""
-        pending = [w for w in self.writers.values() if w.buffer]
+        """Flush every buffer for the commit, several buckets at once: Parquet encoding releases
+        the GIL."""
+        pending = [w for w in self.writers.values() if w.has_pending()]
         if len(pending) < 2:
             for writer in pending:
-                writer.flush()
+                writer.flush_for_commit()
             return
-        for future in [self._bucket_pool().submit(w.flush) for w in pending]:
+        for future in [self._bucket_pool().submit(w.flush_for_commit) for w in pending]:
             future.result()
 
     def _bucket_pool(self) -> ThreadPoolExecutor:
