@@ -284,6 +284,17 @@ def _shapes() -> dict[str, Callable[[], Shape]]:
         ], ["id", "dt"], ["dt"], {"bucket": "2", "write-only": "true"})
 
     @shape
+    def pk_sections() -> Shape:
+        """Ascending key ranges and one overlap: a full compaction moves the files that overlap
+        nothing up unrewritten (at least 70% of a 1 kb target) and merges the others."""
+        data = typed(120)
+        update = typed(20, offset=30, nulls=False, shift=2)
+        return Shape(data.schema, [
+            Rows(data.slice(0, 40)), Rows(data.slice(40, 40)), Rows(data.slice(80, 40)), Rows(update),
+            Compact(full=True), Rows(data.slice(100, 5), "-D"),
+        ], ["id"], [], {"bucket": "1", "write-only": "true", "target-file-size": "1 kb"})
+
+    @shape
     def schema_evolved() -> Shape:
         before = pa.schema([("id", pa.int64()), ("a", pa.int32()), ("b", pa.string())])
         after = pa.schema([("id", pa.int64()), ("a", pa.int64()), ("bb", pa.string()), ("c", pa.float64())])
