@@ -195,8 +195,17 @@ class TableRead:
         # a value column that is also a key column is not decoded twice: it is its _KEY_ column
         key_values = [n for n in self.value_columns if KEY_PREFIX + n in self.key_names]
         sections = [self._section(_sorted_runs(files, self.key_order), split.row_kinds, key_values)
-                    for files in (key_sections(split.files, self.key_order) if self.sections else [split.files])]
+                    for files in self._sections(split)]
         return _MergePlan(sections, key_values)
+
+    def _sections(self, split: DataSplit) -> list[list[DataFileMeta]]:
+        """The split's files by key section when they merge; a delta (read with its row kinds,
+        each file as written, changelog files unsorted by key) is one section, its files in
+        sequence order."""
+        assert self.key_order is not None
+        if not self.sections or split.row_kinds:
+            return [split.files]
+        return key_sections(split.files, self.key_order)
 
     def _section(self, file_runs: list[list[DataFileMeta]], row_kinds: bool, key_values: list[str]) -> _Section:
         assert self.merge_function is not None
