@@ -194,10 +194,17 @@ class TableScan:
 
     def plan_changes(self, snapshot_id: int) -> list[DataSplit]:
         """What a streaming or incremental reader consumes for one snapshot: the changelog when
-        the table has a changelog producer, else the delta of APPEND snapshots."""
-        if self.store.core.get("changelog-producer") != "none":
+        the table has a changelog producer, else the delta of APPEND snapshots.
+
+        With the input producer, an APPEND snapshot without a changelog lost it (a rollback to a
+        tag whose snapshot had expired: a tag keeps data files, not the changelog) or predates the
+        producer: its delta, the records the commit wrote merged per key, stands in, rather than
+        no change at all."""
+        producer = self.store.core.get("changelog-producer")
+        snapshot = self.store.snapshot_manager.snapshot(snapshot_id)
+        if producer != "none" and not (producer == "input" and snapshot.changelog_manifest_list is None):
             return self.plan_changelog(snapshot_id)
-        if self.store.snapshot_manager.snapshot(snapshot_id).commit_kind != "APPEND":
+        if snapshot.commit_kind != "APPEND":
             return []  # like Java's delta mode: compactions rewrite rows, overwrites are no changelog
         return self.plan_delta(snapshot_id)
 

@@ -163,6 +163,11 @@ def test_rollback_to_a_tag_whose_snapshot_and_changelog_expired(catalog):
     t.write(pk_batch("a", [9], 9))
     changes = t.read_incremental(2, 3)
     assert changes.column("id").to_pylist() == [9]
+    # the restored snapshot's changes: its changelog is gone, the records its commit wrote stand
+    # in (the simulation, seed 20262048: an incremental read returned none of them)
+    restored_changes = t.read_incremental(1, 2)
+    assert sorted(restored_changes.column("id").to_pylist()) == [1, 2]
+    assert set(restored_changes.column("_ROW_KIND").to_pylist()) == {"+I"}
 
 
 def test_rollback_to_unknown_target(table):
