@@ -43,7 +43,7 @@ from strata.bench.compaction import (
     _throughput,
     committed_sorted_runs,
 )
-from strata.bench.spec import PartFunction, PartResult, Target, Workload
+from strata.bench.spec import PartResult, Target, Workload, alternating, rounds_of
 from strata.bench.workloads import (
     COMPRESSION,
     COMPRESSION_LEVEL,
@@ -183,24 +183,10 @@ def w4dv_reference(work_dir: str, scale: float) -> PartResult:
 _DV_DETAILS = ("files", "files_with_deletions", "deleted_rows", "levels")
 
 
-def _alternating(strata_part: PartFunction, reference_part: PartFunction, rounds: int) -> dict[str, PartFunction]:
-    """Parts `strata`, `reference`, `strata-2`, `reference-2`, ...: the runner spawns them in
-    this order, so that load on the machine falls on both sides alike."""
-    parts = {}
-    for n in range(1, rounds + 1):
-        suffix = "" if n == 1 else f"-{n}"
-        parts[f"strata{suffix}"], parts[f"reference{suffix}"] = strata_part, reference_part
-    return parts
-
-
-def _rounds_of(parts: Mapping[str, PartResult], side: str) -> list[PartResult]:
-    return [p for name, p in parts.items() if name == side or name.startswith(f"{side}-")]
-
-
 def _w2dv_summary(parts: Mapping[str, PartResult]) -> dict[str, Any]:
     """The ratio of the fastest round of each side (the rounds' times and the ratio of their
     medians are reported beside it, with no target)."""
-    mine_rounds, ref_rounds = _rounds_of(parts, "strata"), _rounds_of(parts, "reference")
+    mine_rounds, ref_rounds = rounds_of(parts, "strata"), rounds_of(parts, "reference")
     mine = min(mine_rounds, key=lambda p: p["seconds"])
     row = _throughput({"strata": mine, "reference": min(ref_rounds, key=lambda p: p["seconds"])})
     mine_seconds, ref_seconds = [p["seconds"] for p in mine_rounds], [p["seconds"] for p in ref_rounds]
@@ -240,7 +226,7 @@ WORKLOADS = {
         f"PK table (W2 layout), deletion vectors on: {W2S_COMMITS} upsert commits through one writer on a base, "
         f"against pyarrow.parquet.write_table of the same chunks; fastest of {W2DV_ROUNDS} alternating rounds each",
         Target(">=", 0.3), "ratio", "rows/s, ratio to raw pyarrow",
-        _alternating(w2dv_strata, w2dv_reference, W2DV_ROUNDS), _w2dv_summary,
+        alternating(w2dv_strata, w2dv_reference, W2DV_ROUNDS), _w2dv_summary,
         extra_lines=(("ratio of the median rounds", "median_ratio"), ("max sorted runs/bucket", "max_sorted_runs"),
                      _RSS_LINE)),
     "W3dv": Workload(

@@ -46,3 +46,18 @@ class Workload:
     extra_lines: tuple[tuple[str, str], ...] = field(default=())
     # runs only when named in ``--only`` (a long run that a plain ``make bench`` leaves out)
     opt_in: bool = False
+
+
+def alternating(strata_part: PartFunction, reference_part: PartFunction, rounds: int) -> dict[str, PartFunction]:
+    """Parts `strata`, `reference`, `strata-2`, `reference-2`, ...: the runner spawns them in
+    this order, so that load on the machine falls on both sides alike."""
+    parts = {}
+    for n in range(1, rounds + 1):
+        suffix = "" if n == 1 else f"-{n}"
+        parts[f"strata{suffix}"], parts[f"reference{suffix}"] = strata_part, reference_part
+    return parts
+
+
+def rounds_of(parts: Mapping[str, PartResult], side: str) -> list[PartResult]:
+    """The results of every round of one side (`strata` or `reference`) of `alternating` parts."""
+    return [p for name, p in parts.items() if name == side or name.startswith(f"{side}-")]
