@@ -137,11 +137,25 @@ def rollback_to(table: FileStore | HasStore, target: int | str) -> RollbackResul
 
 
 def _without_expired_changelog(table: FileStore, snapshot: Snapshot) -> Snapshot:
-    """A tag's snapshot to publish again, without its changelog if expiry deleted it: a tag keeps
-    its snapshot's data files, not its changelog (as in Paimon), and a published snapshot must not
-    name a missing file."""
+    """A tag's snapshot to publish again, without its changelog if expiry deleted any of it: a
+    tag keeps its snapshot's data files, not its changelog (as in Paimon), and a published
+    snapshot must not name a missing file."""
     listed = snapshot.changelog_manifest_list
-    if listed is None or table.file_io.exists(table.manifest_store.path(listed)):
+    if listed is None or _changelog_intact(TableFiles(table), listed):
         return snapshot
     return replace(snapshot, changelog_manifest_list=None, changelog_manifest_list_size=None,
                    changelog_record_count=None)
+
+
+def _changelog_intact(files: TableFiles, list_name: str) -> bool:
+    """Whether the changelog's list, its manifests and its files all exist. Expiry deletes them
+    one by one, files first: an expiry that stopped part way (a failed delete) leaves a list
+    whose manifests or files are gone."""
+    io, store = files.file_io, files.store
+    if not io.exists(store.path(list_name)):
+        return False
+    metas = store.read_manifest_list(list_name)
+    if not all(io.exists(store.path(m.file_name)) for m in metas):
+        return False
+    added = (e for e in merge_entries(store.read_entries(metas)) if e.kind == FileKind.ADD)
+    return all(io.exists(path) for e in added for path in files.data_paths(e))

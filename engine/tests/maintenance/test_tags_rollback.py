@@ -12,6 +12,7 @@ from maintenance_helpers import PK_SCHEMA, exists, files_on_disk, live_paths, pk
 
 from strata.errors import SnapshotNotFoundError
 from strata.operation.expire import expire_tags
+from strata.operation.orphan import used_files
 
 
 @pytest.fixture
@@ -169,6 +170,27 @@ def test_rollback_to_a_tag_whose_snapshot_and_changelog_expired(catalog):
     assert sorted(restored_changes.column("id").to_pylist()) == [1, 2]
     assert set(restored_changes.column("_ROW_KIND").to_pylist()) == {"+I"}
 
+
+
+def test_rollback_to_a_tag_whose_changelog_expiry_stopped_part_way(catalog):
+    """Expiry deletes a changelog file by file, the list last: one that stopped part way leaves the
+    list naming manifests and files that are gone. The restored snapshot must not name them
+    (the simulation, seed 20263052: a rollback left a retained snapshot naming two missing files)."""
+    t = catalog.create_table("db.c", PK_SCHEMA, partition_keys=["dt"], primary_keys=["dt", "id"],
+                             options={"bucket": "1", "changelog-producer": "input"})
+    for i in range(1, 5):
+        t.write(pk_batch("a", [1, i], i))
+    t.create_tag("v2", 2)
+    listed = t.tags.info("v2").snapshot.changelog_manifest_list
+    list_path = t.store.manifest_store.path(listed)
+    saved = t.store.file_io.read_bytes(list_path)
+    t.expire_snapshots(retain_min=1, time_retained=0)
+    t.store.file_io.write_bytes(list_path, saved)  # the list outlived its manifests and files
+    t.rollback_to("v2")
+    restored = t.latest_snapshot()
+    assert restored.id == 2 and restored.changelog_manifest_list is None
+    assert used_files(t.store) <= {path.rsplit("/", 1)[-1] for path in files_on_disk(t)}
+    assert sorted(t.read_incremental(1, 2).column("id").to_pylist()) == [1, 2]
 
 def test_rollback_to_unknown_target(table):
     with pytest.raises(SnapshotNotFoundError):
