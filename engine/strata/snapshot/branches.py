@@ -250,8 +250,9 @@ class BranchManager:
         branch_files = _names(io, f"{source}/snapshot", _SNAPSHOT_FILE)
         branch_schemas = _names(io, f"{source}/schema", _SCHEMA_FILE)
         new_latest = max(branch_files)
+        below = self._schemas_main_lacks(name, branch_schemas, first.schema_id)
         for schema_id, path in branch_schemas.items():
-            if schema_id >= first.schema_id:
+            if schema_id >= first.schema_id or schema_id in below:
                 _copy(io, path, f"{root}/schema/schema-{schema_id}")
         for sid in sorted(branch_files, reverse=True):
             _copy(io, branch_files[sid], f"{root}/snapshot/snapshot-{sid}")
@@ -263,6 +264,28 @@ class BranchManager:
                 io.delete(path)
         io.write_bytes(f"{root}/snapshot/LATEST", str(new_latest).encode())
         self._replace_tags(source, first.id)
+
+    def _schemas_main_lacks(self, name: str, branch_schemas: dict[int, str], first_schema: int) -> set[int]:
+        """The branch's schemas below its first snapshot's that main does not hold. Main normally
+        holds them as the branch copied them; an earlier fast-forward from another branch may have
+        deleted some (the branch's files still need them). One main holds otherwise is another
+        history: refused before anything changes."""
+        io, root = self.file_io, self._source()
+        lacking = set()
+        for schema_id, path in branch_schemas.items():
+            if schema_id >= first_schema:
+                continue
+            try:
+                held = io.read_bytes(f"{root}/schema/schema-{schema_id}")
+            except FileNotFoundError:
+                lacking.add(schema_id)
+                continue
+            if held != io.read_bytes(path):
+                raise CommitConflictError(
+                    f"fast-forward of branch '{name}' in {self.table_path}: main's schema {schema_id} is not the "
+                    f"one the branch was created with (main took another history since), and the branch's files "
+                    f"need the branch's; main is unchanged")
+        return lacking
 
     def _replace_tags(self, source: str, first_id: int) -> None:
         io, root = self.file_io, self._source()

@@ -426,3 +426,28 @@ def test_publish_lock_excludes_and_survives_orphan_cleanup(tmp_path) -> None:
     assert table.file_io.exists(lock_file)
     table.write(batch([2], "b"))  # publishing still works
     assert rows(catalog.get_table("db.locked")) == [(1, "a1"), (2, "b2")]
+
+
+def test_fast_forward_after_another_brings_the_schemas_the_branch_files_need(catalog):
+    """A fast-forward replaced main's history and deleted schemas a second branch's files were
+    written under: fast-forwarding that branch must bring them back (the simulation, seed 20264068:
+    reading main then failed, 'schema file schema-1 is missing')."""
+    t = catalog.create_table("db.s", SCHEMA, primary_keys=["id"], options={"bucket": "1"})
+    t.write(batch([1], "a"))  # snapshot 1, schema 0
+    t = t.add_column("x", pa.int32())
+    t.write(pa.table({"id": [2], "v": ["b2"], "x": [2]}))  # files of schema 1
+    t = t.add_column("y", pa.int32())
+    t.write(pa.table({"id": [3], "v": ["c3"], "x": [3], "y": [3]}))
+    late = t.create_branch("late", from_snapshot=t.latest_snapshot().id)  # first schema 2, needs 1
+    expected = rows(late)
+    t.create_branch("early", from_snapshot=1)
+    exclusive = threading.Lock()  # stands for a catalog lock every commit takes
+    manager = BranchManager(t.file_io, t.path)
+    manager.fast_forward("early", lock=lambda: exclusive)  # main: schema 0 only
+    main = catalog.get_table("db.s")
+    for i in range(4):
+        main.write(batch([10 + i], "m"))
+    main.expire_snapshots(retain_max=1, retain_min=1, time_retained=0)  # main starts past the fork
+    assert main.snapshots()[0].id >= late.snapshots()[0].id
+    manager.fast_forward("late", lock=lambda: exclusive)
+    assert rows(catalog.get_table("db.s")) == expected
