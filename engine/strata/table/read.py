@@ -53,7 +53,7 @@ class TableRead:
         self.merge_function = merge_function_for(self.schema.options, self.schema) if self.schema.primary_keys else None
         key_fields = set(self.schema.trimmed_primary_keys)
         self.key_order = key_decoder(self.schema) if self.schema.primary_keys else None
-        self.sections = bool(self.schema.primary_keys) and sections_apply(self.schema)
+        self.by_key_sections = bool(self.schema.primary_keys) and sections_apply(self.schema)
         self.key_filter = only_fields(filter, key_fields) if self.schema.primary_keys else filter
         # a filter on key columns only selects whole keys: each run is filtered before its merge,
         # and the merged rows need no second pass
@@ -203,7 +203,7 @@ class TableRead:
         each file as written, changelog files unsorted by key) is one section, its files in
         sequence order."""
         assert self.key_order is not None
-        if not self.sections or split.row_kinds:
+        if not self.by_key_sections or split.row_kinds:
             return [split.files]
         return key_sections(split.files, self.key_order)
 
